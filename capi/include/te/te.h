@@ -1,0 +1,536 @@
+/*
+ * libte: FP8 training behind a stable C ABI.
+ *
+ * This is THE public header. It is plain C99 and compiles alone with
+ * -std=c99 -Wall -Wextra -pedantic -Werror, and as C++.
+ *
+ * Conventions (they hold for every function unless its comment says otherwise):
+ *  - Functions return te_status; 0 is TE_SUCCESS. Getters that cannot fail and
+ *    destructors return a value or void; destroying NULL is a no-op.
+ *  - Output parameters come first. On failure, outputs are left untouched and
+ *    no library state changes (strong guarantee).
+ *  - After a failure, te_last_error() returns the calling thread's message,
+ *    naming the function, the argument, and what was expected vs. received.
+ *  - Options structs begin with `size_t struct_size` and have an _init
+ *    function filling defaults; fields are only ever appended.
+ *  - Enumerations are append-only with explicit values.
+ *  - Thread-safety: a te_context and everything used through it (linears,
+ *    backward contexts) belong to one thread at a time. Recipes are immutable
+ *    and may be shared across threads. Groups are read-only after creation.
+ *    The library keeps no hidden global training state.
+ *  - Memory: the caller owns every te_tensor's memory. Handles are created by
+ *    te_*_create and freed by the matching destroy/release.
+ */
+#ifndef TE_TE_H
+#define TE_TE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TE_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define TE_API __attribute__((visibility("default")))
+#else
+#define TE_API
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* Versions                                                                  */
+/* ------------------------------------------------------------------------- */
+
+#define TE_VERSION_MAJOR 0
+#define TE_VERSION_MINOR 1
+#define TE_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH, as te_version() returns it. */
+#define TE_VERSION_NUMBER (TE_VERSION_MAJOR * 10000 + TE_VERSION_MINOR * 100 + TE_VERSION_PATCH)
+
+/* The version of the library actually loaded, encoded as TE_VERSION_NUMBER. */
+TE_API unsigned te_version(void);
+/* "MAJOR.MINOR.PATCH", static storage. */
+TE_API const char *te_version_string(void);
+
+/* ------------------------------------------------------------------------- */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------- */
+
+typedef enum te_status {
+  TE_SUCCESS = 0,
+  TE_ERROR_INVALID_ARGUMENT = 1, /* a NULL, out-of-range or inconsistent argument */
+  TE_ERROR_INVALID_STATE = 2,    /* the call is not allowed now (e.g. out-of-order autocast end) */
+  TE_ERROR_UNSUPPORTED = 3,      /* valid request this build/device/shape cannot do */
+  TE_ERROR_OUT_OF_MEMORY = 4,
+  TE_ERROR_CUDA = 5,
+  TE_ERROR_CUBLAS = 6,
+  TE_ERROR_NCCL = 7,
+  TE_ERROR_INTERNAL = 8 /* a bug in libte: please report the te_last_error() text */
+} te_status;
+
+/* Static text for a status ("TE_ERROR_INVALID_ARGUMENT", ...); unknown values
+ * give "TE_ERROR_UNKNOWN". Never NULL. Thread-safe. */
+TE_API const char *te_status_string(te_status status);
+
+/* The calling thread's message for its last failed call, e.g.
+ * "te_linear_forward: argument 'input': expected dtype BF16, got F32".
+ * "" when no call on this thread has failed yet. Successful calls do not
+ * clear it. The pointer stays valid until the thread's next libte call. */
+TE_API const char *te_last_error(void);
+
+/* ------------------------------------------------------------------------- */
+/* Devices, dtypes, tensors                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef enum te_device_type { TE_DEVICE_CPU = 0, TE_DEVICE_CUDA = 1 } te_device_type;
+
+typedef struct te_device {
+  te_device_type type;
+  int32_t index; /* CUDA ordinal; 0 for the CPU */
+} te_device;
+
+typedef enum te_dtype {
+  TE_DTYPE_F32 = 0,
+  TE_DTYPE_F16 = 1,
+  TE_DTYPE_BF16 = 2,
+  TE_DTYPE_E4M3 = 3, /* FP8 e4m3fn: max 448, no infinities, one NaN code per sign */
+  TE_DTYPE_E5M2 = 4  /* FP8 e5m2: max 57344, IEEE-style inf and NaN */
+} te_dtype;
+
+/* How an FP8 tensor's scale_inv is laid out. */
+typedef enum te_scaling_mode {
+  TE_SCALING_PER_TENSOR = 0,   /* scale_inv points to one float */
+  TE_SCALING_BLOCK_1X128 = 1,  /* one float per 1x128 block of each row:
+                                  [rows][ceil(cols/128)], row-major */
+  TE_SCALING_BLOCK_128X128 = 2 /* one float per 128x128 tile:
+                                  [ceil(rows/128)][ceil(cols/128)], row-major */
+} te_scaling_mode;
+
+#define TE_MAX_DIMS 8
+
+/* A view of caller-owned memory: row-major and contiguous. For block
+ * scaling a tensor of ndim > 2 is seen as a matrix [prod(shape[:-1]), shape[-1]].
+ * A zero-initialised struct is an F32 CPU tensor with per-tensor scaling. */
+typedef struct te_tensor {
+  void *data;
+  te_dtype dtype;
+  int32_t ndim; /* 1..TE_MAX_DIMS */
+  int64_t shape[TE_MAX_DIMS];
+  te_device device;
+  float *scale_inv;        /* FP8 only: dequantized value = code * scale_inv (per block) */
+  te_scaling_mode scaling; /* FP8 only */
+} te_tensor;
+
+/* Number of elements of t (product of its shape); 0 for NULL or bad ndim. */
+TE_API int64_t te_tensor_numel(const te_tensor *t);
+
+/* Number of floats t->scale_inv must hold for t's shape and scaling mode.
+ * Errors: INVALID_ARGUMENT for NULL, a non-FP8 dtype or a bad shape. */
+TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t);
+
+/* Fills *out from a DLPack DLManagedTensor (or DLManagedTensorVersioned
+ * when `versioned` is non-zero) without copying. Ownership stays with the
+ * DLPack producer: the caller calls its deleter when done. Accepts
+ * float32/float16/bfloat16 (and uint8 viewed as `fp8_dtype`, which must then
+ * be TE_DTYPE_E4M3 or TE_DTYPE_E5M2) on kDLCPU, kDLCUDA or kDLCUDAHost.
+ * Errors: INVALID_ARGUMENT for NULL, non-contiguous strides, a byte_offset
+ * that misaligns the data, an unknown dtype or device, ndim > TE_MAX_DIMS. */
+TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_tensor,
+                                       int versioned, te_dtype fp8_dtype);
+
+/* ------------------------------------------------------------------------- */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* One execution context = one device, one stream, one BLAS handle and
+ * workspace, one autocast stack. Not thread-safe: use one per thread. */
+typedef struct te_context te_context;
+
+typedef struct te_context_options {
+  size_t struct_size;
+  int32_t use_default_device; /* 1 (default): CUDA 0 when usable, else the CPU */
+  te_device device;           /* used when use_default_device == 0 */
+} te_context_options;
+
+TE_API te_status te_context_options_init(te_context_options *opts);
+
+/* Creates a context. opts may be NULL (defaults). Errors: INVALID_ARGUMENT
+ * (bad struct_size or device), UNSUPPORTED (CUDA asked for, but this build has
+ * no CUDA backend or no such GPU), OUT_OF_MEMORY. */
+TE_API te_status te_context_create(te_context **out, const te_context_options *opts);
+/* Frees the context. Linears and backward contexts created with it must be
+ * destroyed first. NULL is a no-op. Open autocast scopes are dropped. */
+TE_API void te_context_destroy(te_context *ctx);
+/* The context's device. Errors: INVALID_ARGUMENT for NULLs. */
+TE_API te_status te_context_get_device(const te_context *ctx, te_device *out);
+/* Sets the stream work is enqueued on (a cudaStream_t; NULL = the legacy
+ * default stream). On a CPU context only NULL is accepted. */
+TE_API te_status te_context_set_stream(te_context *ctx, void *stream);
+/* Waits until all work enqueued by ctx has finished. */
+TE_API te_status te_context_synchronize(te_context *ctx);
+
+/* ------------------------------------------------------------------------- */
+/* Recipes                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum te_recipe_kind {
+  TE_RECIPE_DELAYED_SCALING = 0, /* per-tensor scales from an amax history */
+  TE_RECIPE_CURRENT_SCALING = 1, /* per-tensor scales from each tensor's own amax */
+  TE_RECIPE_BLOCK_SCALING = 2    /* 1x128 activations/gradients, 128x128 weights */
+} te_recipe_kind;
+
+typedef enum te_format {
+  TE_FORMAT_HYBRID = 0, /* E4M3 forward (activations, weights), E5M2 backward (gradients) */
+  TE_FORMAT_E4M3 = 1    /* E4M3 everywhere */
+} te_format;
+
+typedef enum te_amax_algo { TE_AMAX_MAX = 0, TE_AMAX_MOST_RECENT = 1 } te_amax_algo;
+
+typedef struct te_recipe_options {
+  size_t struct_size;
+  te_recipe_kind kind;
+  te_format format;               /* delayed, current: HYBRID; block: E4M3 */
+  int32_t margin;                 /* delayed: scale = (fp8_max / amax) / 2^margin; 0..127 */
+  int32_t amax_history_len;       /* delayed: 1..65536, default 1024 */
+  te_amax_algo amax_algo;         /* delayed: default MAX */
+  int32_t reduce_amax;            /* all-reduce amaxes over the autocast group; default 1 */
+  int32_t power_of_2_scales;      /* current, block: keep only the scale's exponent.
+                                     Default 0; block scaling defaults to 1 (as TE) */
+  float amax_epsilon;             /* current, block: amax clamped up to this; >= 0, default 0 */
+  int32_t fprop_split_accumulator; /* default 0: fast accumulation in fprop */
+  int32_t dgrad_split_accumulator; /* default 1 */
+  int32_t wgrad_split_accumulator; /* default 1 */
+} te_recipe_options;
+
+/* Fills TE's defaults for `kind`. Errors: INVALID_ARGUMENT for NULL or an
+ * unknown kind. */
+TE_API te_status te_recipe_options_init(te_recipe_options *opts, te_recipe_kind kind);
+
+/* Immutable, reference-counted, thread-safe. */
+typedef struct te_recipe te_recipe;
+
+/* Creates a recipe with refcount 1. opts NULL = default delayed scaling.
+ * Errors: INVALID_ARGUMENT for an out-of-range field (named in the message). */
+TE_API te_status te_recipe_create(te_recipe **out, const te_recipe_options *opts);
+/* Adds a reference; returns r. Thread-safe; NULL is a no-op. */
+TE_API te_recipe *te_recipe_retain(te_recipe *r);
+/* Drops a reference, freeing at zero. Thread-safe; NULL is a no-op. */
+TE_API void te_recipe_release(te_recipe *r);
+/* A 64-bit key computed once at creation from every field that affects
+ * numerics: equal options <=> equal keys, within one process (the canonical
+ * encoding is interned, not hashed). Never 0 for a valid recipe; 0 for NULL. */
+TE_API uint64_t te_recipe_key(const te_recipe *r);
+/* A canonical description built at creation, e.g.
+ * "delayed_scaling(format=HYBRID,margin=0,...)". Valid while r lives. "" for NULL. */
+TE_API const char *te_recipe_describe(const te_recipe *r);
+/* Copies the recipe's options (struct_size taken from *out, which must be
+ * set). Errors: INVALID_ARGUMENT for NULLs or a bad struct_size. */
+TE_API te_status te_recipe_get_options(const te_recipe *r, te_recipe_options *out);
+
+/* ------------------------------------------------------------------------- */
+/* Process groups (amax reduction)                                           */
+/* ------------------------------------------------------------------------- */
+
+typedef struct te_group te_group;
+
+/* An opaque NCCL unique id (as ncclUniqueId: 128 bytes), shared out of band. */
+typedef struct te_nccl_id {
+  char internal[128];
+} te_nccl_id;
+
+/* A single-rank group: reductions are no-ops. */
+TE_API te_status te_group_create_single(te_group **out);
+/* Borrows a communicator the caller owns (an ncclComm_t); it must outlive
+ * the group. UNSUPPORTED in builds without NCCL. */
+TE_API te_status te_group_create_nccl(te_group **out, void *nccl_comm);
+/* Makes a new NCCL id on one rank, to share with the others. */
+TE_API te_status te_nccl_get_unique_id(te_nccl_id *out);
+/* Joins `nranks` ranks into a new communicator the group owns. Collective:
+ * every rank calls it. UNSUPPORTED in builds without NCCL. */
+TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks,
+                                    const te_nccl_id *id);
+/* NULL is a no-op. Every context must be done with the group. */
+TE_API void te_group_destroy(te_group *g);
+/* A process-unique id, never reused, never 0 (0 names the implicit
+ * single-rank group used when an autocast scope has none). */
+TE_API uint64_t te_group_id(const te_group *g);
+TE_API int32_t te_group_rank(const te_group *g); /* 0 for NULL */
+TE_API int32_t te_group_size(const te_group *g); /* 1 for NULL */
+
+/* ------------------------------------------------------------------------- */
+/* Autocast                                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef struct te_autocast_options {
+  size_t struct_size;
+  int32_t enabled;          /* default 1: FP8 compute inside the scope */
+  int32_t calibrating;      /* default 0: high-precision compute, amaxes recorded */
+  const te_recipe *recipe;  /* NULL = the default delayed-scaling recipe; retained
+                               by the scope while it is open */
+  const te_group *group;    /* NULL = single-rank */
+} te_autocast_options;
+
+TE_API te_status te_autocast_options_init(te_autocast_options *opts);
+
+/* Identifies one open scope; pass it to te_autocast_end. */
+typedef uint64_t te_autocast_token;
+
+/* Opens a scope on ctx's stack. Options are plain data: one value may be
+ * reused for nested scopes. Never allocates, never touches the device.
+ * Errors: INVALID_ARGUMENT (NULLs, bad struct_size), INVALID_STATE (depth
+ * would exceed TE_AUTOCAST_MAX_DEPTH). */
+#define TE_AUTOCAST_MAX_DEPTH 64
+TE_API te_status te_autocast_begin(te_context *ctx, const te_autocast_options *opts,
+                                   te_autocast_token *token);
+/* Closes the innermost scope, which `token` must name (INVALID_STATE
+ * otherwise, with the stack unchanged). When no enclosing scope is enabled,
+ * each forward bucket of scaling states used inside, keyed by (recipe key,
+ * group id), gets one amax all-reduce (MAX) over its group when the recipe's
+ * reduce_amax is set, and one fused scale update. */
+TE_API te_status te_autocast_end(te_context *ctx, te_autocast_token token);
+
+typedef struct te_autocast_state {
+  size_t struct_size;
+  int32_t enabled;          /* of the innermost scope; 0 outside any scope */
+  int32_t calibrating;
+  const te_recipe *recipe;  /* innermost scope's recipe (the default one if it
+                               gave NULL); NULL outside any scope */
+  int32_t depth;            /* open scopes */
+} te_autocast_state;
+
+/* Reports the innermost scope. out->struct_size must be set. */
+TE_API te_status te_autocast_get_state(const te_context *ctx, te_autocast_state *out);
+
+/* Reduces and updates every pending backward bucket now, instead of when the
+ * backward of each pass's first FP8 module completes. */
+TE_API te_status te_autocast_flush_backward(te_context *ctx);
+
+/* ------------------------------------------------------------------------- */
+/* Linear                                                                    */
+/* ------------------------------------------------------------------------- */
+
+typedef struct te_linear te_linear;
+
+typedef struct te_linear_options {
+  size_t struct_size;
+  int64_t in_features;              /* required, > 0 */
+  int64_t out_features;             /* required, > 0 */
+  int32_t bias;                     /* default 1: forward takes a bias [out] */
+  te_dtype activation_dtype;        /* F32, F16 or BF16 (default BF16): x, W, b, y, dy, dx */
+  int32_t fuse_wgrad_accumulation;  /* default 0; 1: backward adds dW into the caller's
+                                       F32 main_grad passed as `dw` */
+} te_linear_options;
+
+TE_API te_status te_linear_options_init(te_linear_options *opts);
+
+/* Creates a linear layer's FP8 state (scaling states for input and weight
+ * forward and grad_output backward, FP8 weight cache) on ctx's device.
+ * Parameters stay the caller's. Errors: INVALID_ARGUMENT. */
+TE_API te_status te_linear_create(te_linear **out, te_context *ctx, const te_linear_options *opts);
+/* NULL is a no-op. Backward contexts keep what they need alive. */
+TE_API void te_linear_destroy(te_linear *lin);
+
+typedef struct te_linear_forward_args {
+  size_t struct_size;
+  const te_tensor *input;   /* x [..., in_features] */
+  const te_tensor *weight;  /* W [out_features, in_features] */
+  const te_tensor *bias;    /* b [out_features]; NULL iff the layer has no bias */
+  int32_t weight_unchanged; /* 1: W is the same as in the last FP8 forward, so the
+                               cached FP8 weight may be reused (TE's
+                               is_first_microbatch=False); default 0 */
+} te_linear_forward_args;
+
+TE_API te_status te_linear_forward_args_init(te_linear_forward_args *args);
+
+/* What backward needs, filled by forward_compute. The tensors are views of
+ * storage the library owns (or of the caller's x and W when the forward ran
+ * in high precision: those are referenced, not copied, and must stay alive
+ * until the backward context is destroyed). Hand it to forward_save, or
+ * free it with te_linear_residuals_release. */
+typedef struct te_linear_residuals {
+  size_t struct_size;
+  te_tensor input_t;   /* FP8: x^T [in, tokens] with its scale_inv; else x */
+  te_tensor weight_t;  /* FP8: W^T [in, out] with its scale_inv; else W */
+  int32_t fp8;         /* 1 when the forward ran in FP8 */
+  void *internal;      /* owned storage and flags: do not touch */
+} te_linear_residuals;
+
+/* Pure compute: quantizes x and W with the innermost autocast scope's recipe
+ * (reusing the cached FP8 W when allowed), runs y = x W^T (+ b), records the
+ * amaxes into the layer's scaling states and puts them in the scope's bucket,
+ * and fills *residuals. Outside an enabled scope it computes in high precision
+ * (and records amaxes when calibrating). y: [..., out_features], activation
+ * dtype. Errors: INVALID_ARGUMENT (NULLs, dtype/shape/device mismatch),
+ * UNSUPPORTED (FP8 with tokens, in or out not a multiple of 16),
+ * OUT_OF_MEMORY. On failure y, *residuals and all state are unchanged. */
+TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin,
+                                           const te_linear_forward_args *args, te_tensor *y,
+                                           te_linear_residuals *residuals);
+
+/* Frees residuals that were not handed to forward_save. Idempotent; NULL ok. */
+TE_API void te_linear_residuals_release(te_linear_residuals *residuals);
+
+typedef struct te_linear_backward_ctx te_linear_backward_ctx;
+
+/* The context-saving step: packs *residuals (taking ownership: residuals->
+ * internal becomes NULL) into a backward context. Errors: INVALID_ARGUMENT
+ * (NULLs, residuals not from forward_compute or already saved). */
+TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin,
+                                        te_linear_residuals *residuals,
+                                        te_linear_backward_ctx **out);
+
+/* forward_compute followed by forward_save. */
+TE_API te_status te_linear_forward(te_context *ctx, te_linear *lin,
+                                   const te_linear_forward_args *args, te_tensor *y,
+                                   te_linear_backward_ctx **out);
+
+#define TE_BACKWARD_ONCE 1u /* free the residuals when backward returns */
+
+typedef struct te_linear_backward_args {
+  size_t struct_size;
+  uint32_t flags; /* TE_BACKWARD_ONCE */
+} te_linear_backward_args;
+
+TE_API te_status te_linear_backward_args_init(te_linear_backward_args *args);
+
+/* Quantizes dy (E5M2 under HYBRID, E4M3 otherwise) with its transpose and
+ * computes dx = dy W, dW = dy^T x (added into dw when the layer fuses wgrad
+ * accumulation), db = sum over tokens of dy. Any of dx, dw, db may be NULL to
+ * skip it (db must be NULL without bias). args may be NULL. Callable again
+ * with identical results until the context is destroyed, unless
+ * TE_BACKWARD_ONCE was given (later calls: INVALID_STATE). When this is the
+ * backward of the first FP8 module of its autocast pass, the pass's backward
+ * buckets are reduced and updated after it. */
+TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
+                                    const te_tensor *dy, te_tensor *dx, te_tensor *dw,
+                                    te_tensor *db, const te_linear_backward_args *args);
+
+/* NULL is a no-op. */
+TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd);
+
+/* Which scaling state of a linear. */
+typedef enum te_tensor_role {
+  TE_ROLE_INPUT = 0,      /* forward: x */
+  TE_ROLE_WEIGHT = 1,     /* forward: W */
+  TE_ROLE_GRAD_OUTPUT = 2 /* backward: dy */
+} te_tensor_role;
+
+typedef struct te_scaling_state_info {
+  size_t struct_size;
+  float scale;
+  float scale_inv;
+  int32_t amax_history_len; /* 0 until the state is first used in FP8 */
+  te_dtype fp8_dtype;       /* of the last use */
+} te_scaling_state_info;
+
+/* Copies one scaling state to the host (synchronises ctx). `history` may be
+ * NULL; otherwise min(history_cap, amax_history_len) floats are written,
+ * slot 0 (the current amax) first. */
+TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin,
+                                             te_tensor_role role, te_scaling_state_info *info,
+                                             float *history, size_t history_cap);
+
+/* Serialises the layer's FP8 state (histories, scales) into buf, a versioned
+ * byte format; round trips are bit-exact. With buf NULL, only *size is set to
+ * the bytes needed. Errors: INVALID_ARGUMENT when capacity is too small. */
+TE_API te_status te_linear_state_save(te_context *ctx, const te_linear *lin, void *buf,
+                                      size_t capacity, size_t *size);
+/* Restores what state_save wrote. Errors: INVALID_ARGUMENT for a buffer that
+ * is truncated, of another version, or for a layer of another shape. */
+TE_API te_status te_linear_state_load(te_context *ctx, te_linear *lin, const void *buf,
+                                      size_t size);
+
+/* ------------------------------------------------------------------------- */
+/* Activations                                                               */
+/* ------------------------------------------------------------------------- */
+
+typedef enum te_activation {
+  TE_ACTIVATION_RELU = 0,
+  TE_ACTIVATION_GELU = 1,  /* tanh approximation, as TE */
+  TE_ACTIVATION_SWIGLU = 2 /* x [..., 2n] -> silu(x[..., :n]) * x[..., n:] : [..., n] */
+} te_activation;
+
+/* y = act(x). x, y: F32, F16 or BF16, same dtype and device; y's shape is x's
+ * (last dim halved for SwiGLU). Computed in fp32. */
+TE_API te_status te_activation_forward(te_context *ctx, te_activation act, const te_tensor *x,
+                                       te_tensor *y);
+/* dx = dy * act'(x), shapes as forward. */
+TE_API te_status te_activation_backward(te_context *ctx, te_activation act, const te_tensor *x,
+                                        const te_tensor *dy, te_tensor *dx);
+
+/* ------------------------------------------------------------------------- */
+/* Primitives                                                                */
+/* ------------------------------------------------------------------------- */
+
+typedef struct te_quantize_options {
+  size_t struct_size;
+  /* Per-tensor scaling: the scale to use (one float on the tensor's device,
+   * delayed scaling). NULL: compute it from x's amax (current scaling). */
+  const float *scale;
+  /* Optional: x's amax is max-accumulated into this float (same device). */
+  float *amax;
+  float amax_epsilon;        /* computed scales: amax clamped up to this */
+  int32_t power_of_2_scales; /* computed scales: keep only the exponent */
+} te_quantize_options;
+
+TE_API te_status te_quantize_options_init(te_quantize_options *opts);
+
+/* out = saturate_rne(x * scale) in out->dtype (E4M3 or E5M2), with
+ * out->scale_inv written (1/scale, or one per block by out->scaling). x: F32,
+ * F16 or BF16 of out's shape. opts may be NULL (current scaling, epsilon 0).
+ * Any shape. */
+TE_API te_status te_quantize(te_context *ctx, const te_tensor *x, te_tensor *out,
+                             const te_quantize_options *opts);
+
+/* Quantizes x [rows, cols] into out [rows, cols] and out_t [cols, rows] (its
+ * transpose: the K-major operand FP8 GEMMs need) in one pass. Per-tensor:
+ * out_t is exactly the transpose of out with the same scale. 1x128 blocks:
+ * out_t is x^T quantized with its own 1x128 blocks. 128x128: the transposed
+ * tile grid. Either output may be NULL. */
+TE_API te_status te_cast_transpose(te_context *ctx, const te_tensor *x, te_tensor *out,
+                                   te_tensor *out_t, const te_quantize_options *opts);
+
+/* out = code * scale_inv, into F32, F16 or BF16 of x's shape. */
+TE_API te_status te_dequantize(te_context *ctx, const te_tensor *x, te_tensor *out);
+
+/* *amax = max |x| over x (NaN if x holds a NaN), written to one float on x's
+ * device. */
+TE_API te_status te_amax(te_context *ctx, const te_tensor *x, float *amax);
+
+typedef enum te_epilogue {
+  TE_EPILOGUE_NONE = 0,
+  TE_EPILOGUE_BIAS = 1,     /* D += bias[n] */
+  TE_EPILOGUE_GELU = 2,     /* D = gelu(D) */
+  TE_EPILOGUE_BIAS_GELU = 3 /* D = gelu(D + bias[n]) */
+} te_epilogue;
+
+typedef struct te_gemm_options {
+  size_t struct_size;
+  int32_t transa;               /* op(A) = A^T */
+  int32_t transb;               /* op(B) = B^T */
+  te_epilogue epilogue;
+  const te_tensor *bias;        /* [n], F32/F16/BF16, for BIAS epilogues */
+  te_tensor *gelu_input;        /* optional: pre-GELU values [m, n] for GELU epilogues */
+  int32_t accumulate;           /* D += result instead of D = result */
+  int32_t use_split_accumulator;/* FP8: promote partial sums to fp32 often (exact here) */
+} te_gemm_options;
+
+TE_API te_status te_gemm_options_init(te_gemm_options *opts);
+
+/* D[m, n] = op(A)[m, k] op(B)[k, n], row-major 2-D tensors, result in fp32
+ * then epilogue then D's dtype (F32, F16, BF16). A and B are both FP8 or both
+ * of one high-precision dtype. FP8 follows cuBLASLt's rules on every backend:
+ * transa = 0 and transb = 1 (both operands K-major), m, n, k multiples of 16,
+ * not both E5M2; per-tensor scaling multiplies by both scale_inv; block
+ * scaled operands (A 1x128, B 1x128 or 128x128) are dequantized per block.
+ * Errors: INVALID_ARGUMENT, UNSUPPORTED. */
+TE_API te_status te_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *d,
+                         const te_gemm_options *opts);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TE_TE_H */
