@@ -171,6 +171,20 @@ TE_API te_status te_context_set_stream(te_context *ctx, void *stream);
 /* Waits until all work enqueued by ctx has finished. */
 TE_API te_status te_context_synchronize(te_context *ctx);
 
+/* Counters of the work autocast did on this context since its creation:
+ * what a profiler, or a test of "one reduction per bucket", needs. */
+typedef struct te_context_stats {
+  size_t struct_size;
+  uint64_t scopes_closed;        /* te_autocast_end calls that succeeded */
+  uint64_t bucket_updates;       /* fused scale-update launches (one per bucket and pass) */
+  uint64_t amax_reductions;      /* group all-reduces issued (one per bucket of a multi-rank
+                                    group with reduce_amax) */
+  uint64_t states_updated;       /* scaling states updated, summed over the launches */
+} te_context_stats;
+
+/* Copies the counters. out->struct_size must be set. */
+TE_API te_status te_context_get_stats(const te_context *ctx, te_context_stats *out);
+
 /* ------------------------------------------------------------------------- */
 /* Recipes                                                                   */
 /* ------------------------------------------------------------------------- */

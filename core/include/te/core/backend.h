@@ -91,7 +91,7 @@ class Backend {
   virtual void activation_forward(Activation act, const TensorView &x, const TensorView &y) = 0;
   virtual void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                                    const TensorView &dx) = 0;
-  // db[n] (= or +=) sum over rows of dy[rows, n], accumulated in fp32.
+  // db[n] = sum over rows of dy[rows, n], accumulated in fp32.
   virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
 
   // ---- scaling-state maintenance ----
