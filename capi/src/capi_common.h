@@ -1,0 +1,90 @@
+// Shared machinery of the extern "C" shims: every public function validates its arguments,
+// translates handles and tensors to core types, runs inside `guarded` (so no C++ exception ever
+// crosses the boundary) and on failure stores "<function>: <message>" as the thread's last error.
+#pragma once
+
+#include <te/te.h>
+
+#include <new>
+#include <string>
+
+#include "te/core/check.h"
+#include "te/core/context.h"
+#include "te/core/group.h"
+#include "te/core/linear.h"
+#include "te/core/recipe.h"
+
+namespace te::capi {
+
+void set_last_error(const char *function, const char *message);
+const char *last_error_text();
+
+template <class F>
+te_status guarded(const char *function, F &&body) noexcept {
+  try {
+    body();
+    return TE_SUCCESS;
+  } catch (const Error &e) {
+    set_last_error(function, e.what());
+    return static_cast<te_status>(e.status());
+  } catch (const std::bad_alloc &) {
+    set_last_error(function, "out of memory");
+    return TE_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception &e) {
+    set_last_error(function, (std::string("internal error: ") + e.what()).c_str());
+    return TE_ERROR_INTERNAL;
+  } catch (...) {
+    set_last_error(function, "internal error: unknown exception");
+    return TE_ERROR_INTERNAL;
+  }
+}
+
+const char *handle_kind_name(HandleKind k);
+
+// The handle behind `h`, checked for NULL and for its type tag.
+template <class T>
+T *from_handle(const void *h, HandleKind kind, const char *name) {
+  if (!h) fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got NULL", name, handle_kind_name(kind));
+  HandleKind got = static_cast<const Handle *>(h)->handle_kind;
+  if (got != kind)
+    fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got a %s", name, handle_kind_name(kind),
+         handle_kind_name(got));
+  return static_cast<T *>(const_cast<Handle *>(static_cast<const Handle *>(h)));
+}
+
+inline Context *to_context(const te_context *h, const char *name = "ctx") {
+  return from_handle<Context>(h, HandleKind::Context, name);
+}
+inline Recipe *to_recipe(const te_recipe *h, const char *name = "recipe") {
+  return from_handle<Recipe>(h, HandleKind::Recipe, name);
+}
+inline Group *to_group(const te_group *h, const char *name = "group") {
+  return from_handle<Group>(h, HandleKind::Group, name);
+}
+inline Linear *to_linear(const te_linear *h, const char *name = "lin") {
+  return from_handle<Linear>(h, HandleKind::Linear, name);
+}
+inline LinearBackwardCtx *to_backward_ctx(const te_linear_backward_ctx *h, const char *name = "bwd") {
+  return from_handle<LinearBackwardCtx>(h, HandleKind::BackwardCtx, name);
+}
+
+// A validated view of a caller's tensor: non-NULL data, 1..TE_MAX_DIMS positive dims, known
+// dtype/device/scaling, a scale_inv pointer for FP8.
+TensorView to_view(const te_tensor *t, const char *name);
+// As to_view, but NULL gives an empty view (an optional output).
+TensorView to_optional_view(const te_tensor *t, const char *name);
+
+// Options structs: non-NULL, and at least as large as this version's struct.
+void check_struct(const void *p, size_t struct_size, size_t expected, const char *name);
+template <class S>
+void check_options(const S *s, const char *name) {
+  check_not_null(s, name);
+  check_struct(s, s->struct_size, sizeof(S), name);
+}
+
+inline bool known_dtype(int d) { return d >= TE_DTYPE_F32 && d <= TE_DTYPE_E5M2; }
+void check_bool(int32_t v, const char *name);
+
+Device to_device(te_device d, const char *name);
+
+}  // namespace te::capi

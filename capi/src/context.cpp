@@ -1,0 +1,70 @@
+#include "capi_common.h"
+
+using namespace te;
+using namespace te::capi;
+
+static_assert(TE_DEVICE_CUDA == static_cast<int>(DeviceType::CUDA), "device values must match the core");
+static_assert(TE_DTYPE_E5M2 == static_cast<int>(DType::E5M2), "dtype values must match the core");
+static_assert(TE_SCALING_BLOCK_128X128 == static_cast<int>(ScalingMode::Block128x128), "scaling values must match");
+static_assert(TE_ERROR_INTERNAL == static_cast<int>(Status::Internal), "status values must match the core");
+static_assert(TE_AUTOCAST_MAX_DEPTH == kAutocastMaxDepth, "autocast depth must match the core");
+
+extern "C" {
+
+TE_API te_status te_context_options_init(te_context_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(opts, "opts");
+    *opts = te_context_options{};
+    opts->struct_size = sizeof *opts;
+    opts->use_default_device = 1;
+  });
+}
+
+TE_API te_status te_context_create(te_context **out, const te_context_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Device device = Context::default_device();
+    if (opts) {
+      check_options(opts, "opts");
+      check_bool(opts->use_default_device, "opts->use_default_device");
+      if (!opts->use_default_device) device = to_device(opts->device, "opts->device");
+    }
+    *out = reinterpret_cast<te_context *>(new Context(device));
+  });
+}
+
+TE_API void te_context_destroy(te_context *ctx) {
+  if (!ctx || reinterpret_cast<Handle *>(ctx)->handle_kind != HandleKind::Context) return;
+  delete reinterpret_cast<Context *>(ctx);
+}
+
+TE_API te_status te_context_get_device(const te_context *ctx, te_device *out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    check_not_null(out, "out");
+    out->type = static_cast<te_device_type>(c->device().type);
+    out->index = c->device().index;
+  });
+}
+
+TE_API te_status te_context_set_stream(te_context *ctx, void *stream) {
+  return guarded(__func__, [&] { to_context(ctx)->backend().set_stream(stream); });
+}
+
+TE_API te_status te_context_synchronize(te_context *ctx) {
+  return guarded(__func__, [&] { to_context(ctx)->backend().synchronize(); });
+}
+
+TE_API te_status te_context_get_stats(const te_context *ctx, te_context_stats *out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    check_options(out, "out");
+    const AutocastStats &s = c->stats();
+    out->scopes_closed = s.scopes_closed;
+    out->bucket_updates = s.bucket_updates;
+    out->amax_reductions = s.amax_reductions;
+    out->states_updated = s.states_updated;
+  });
+}
+
+}  // extern "C"

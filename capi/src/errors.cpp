@@ -1,0 +1,85 @@
+// Status strings, the thread-local last error, versions.
+#include <cstdio>
+#include <string>
+
+#include "capi_common.h"
+
+namespace te::capi {
+
+namespace {
+thread_local std::string last_error;
+}
+
+const char *last_error_text() { return last_error.c_str(); }
+
+void set_last_error(const char *function, const char *message) {
+  last_error.assign(function);
+  last_error.append(": ");
+  last_error.append(message);
+}
+
+const char *handle_kind_name(HandleKind k) {
+  switch (k) {
+    case HandleKind::Context: return "te_context";
+    case HandleKind::Recipe: return "te_recipe";
+    case HandleKind::Group: return "te_group";
+    case HandleKind::Linear: return "te_linear";
+    case HandleKind::BackwardCtx: return "te_linear_backward_ctx";
+    case HandleKind::Dead: return "destroyed handle";
+  }
+  return "handle of unknown type";
+}
+
+void check_struct(const void *p, size_t struct_size, size_t expected, const char *name) {
+  (void)p;
+  if (struct_size < expected)
+    fail(Status::InvalidArgument, "argument '%s': expected struct_size >= %zu (set it with the _init function), got %zu",
+         name, expected, struct_size);
+}
+
+void check_bool(int32_t v, const char *name) {
+  if (v != 0 && v != 1) fail(Status::InvalidArgument, "argument '%s': expected 0 or 1, got %d", name, v);
+}
+
+Device to_device(te_device d, const char *name) {
+  if (d.type != TE_DEVICE_CPU && d.type != TE_DEVICE_CUDA)
+    fail(Status::InvalidArgument, "argument '%s.type': expected TE_DEVICE_CPU or TE_DEVICE_CUDA, got %d", name, (int)d.type);
+  if (d.index < 0) fail(Status::InvalidArgument, "argument '%s.index': expected >= 0, got %d", name, d.index);
+  Device out;
+  out.type = static_cast<DeviceType>(d.type);
+  out.index = d.index;
+  return out;
+}
+
+}  // namespace te::capi
+
+using namespace te::capi;
+
+extern "C" {
+
+TE_API unsigned te_version(void) { return TE_VERSION_NUMBER; }
+
+TE_API const char *te_version_string(void) {
+#define TE_STR2(x) #x
+#define TE_STR(x) TE_STR2(x)
+  return TE_STR(TE_VERSION_MAJOR) "." TE_STR(TE_VERSION_MINOR) "." TE_STR(TE_VERSION_PATCH);
+}
+
+TE_API const char *te_status_string(te_status s) {
+  switch (s) {
+    case TE_SUCCESS: return "TE_SUCCESS";
+    case TE_ERROR_INVALID_ARGUMENT: return "TE_ERROR_INVALID_ARGUMENT";
+    case TE_ERROR_INVALID_STATE: return "TE_ERROR_INVALID_STATE";
+    case TE_ERROR_UNSUPPORTED: return "TE_ERROR_UNSUPPORTED";
+    case TE_ERROR_OUT_OF_MEMORY: return "TE_ERROR_OUT_OF_MEMORY";
+    case TE_ERROR_CUDA: return "TE_ERROR_CUDA";
+    case TE_ERROR_CUBLAS: return "TE_ERROR_CUBLAS";
+    case TE_ERROR_NCCL: return "TE_ERROR_NCCL";
+    case TE_ERROR_INTERNAL: return "TE_ERROR_INTERNAL";
+  }
+  return "TE_ERROR_UNKNOWN";
+}
+
+TE_API const char *te_last_error(void) { return last_error_text(); }
+
+}  // extern "C"

@@ -1,0 +1,232 @@
+#include <memory>
+
+#include "capi_common.h"
+
+using namespace te;
+using namespace te::capi;
+
+static_assert(TE_ROLE_GRAD_OUTPUT == static_cast<int>(TensorRole::GradOutput), "roles must match the core");
+
+namespace {
+
+te_tensor to_c_tensor(const TensorView &v) {
+  te_tensor t{};
+  t.data = v.data;
+  t.dtype = static_cast<te_dtype>(v.dtype);
+  t.ndim = v.ndim;
+  for (int i = 0; i < v.ndim; ++i) t.shape[i] = v.shape[i];
+  t.device.type = static_cast<te_device_type>(v.device.type);
+  t.device.index = v.device.index;
+  t.scale_inv = v.scale_inv;
+  t.scaling = static_cast<te_scaling_mode>(v.scaling);
+  return t;
+}
+
+LinearForwardArgs to_core(const te_linear_forward_args *a) {
+  check_options(a, "args");
+  check_bool(a->weight_unchanged, "args->weight_unchanged");
+  LinearForwardArgs r;
+  r.input = to_view(a->input, "args->input");
+  r.weight = to_view(a->weight, "args->weight");
+  r.bias = to_optional_view(a->bias, "args->bias");
+  r.weight_unchanged = a->weight_unchanged;
+  return r;
+}
+
+void check_same_context(const Context *c, const Linear *lin) {
+  if (&lin->core()->ctx != c)
+    fail(Status::InvalidArgument, "argument 'lin': created with another te_context than 'ctx'");
+}
+
+LinearSaved *saved_of(te_linear_residuals *r, const char *name) {
+  check_options(r, name);
+  auto *s = static_cast<LinearSaved *>(r->internal);
+  if (!s) fail(Status::InvalidArgument, "argument '%s': holds no residuals (already saved or released)", name);
+  if (s->magic != LinearSaved::kMagic)
+    fail(Status::InvalidArgument, "argument '%s': 'internal' was not filled by te_linear_forward_compute", name);
+  return s;
+}
+
+// The body of forward_compute; on success *residuals owns a new LinearSaved.
+void forward_compute(te_context *ctx, te_linear *lin, const te_linear_forward_args *args, te_tensor *y,
+                     std::unique_ptr<LinearSaved> &saved, TensorView *input_t, TensorView *weight_t) {
+  Context *c = to_context(ctx);
+  Linear *l = to_linear(lin);
+  check_same_context(c, l);
+  LinearForwardArgs a = to_core(args);
+  TensorView yv = to_view(y, "y");
+  linear_forward_compute(*c, *l, a, yv, saved, input_t, weight_t);
+}
+
+}  // namespace
+
+extern "C" {
+
+TE_API te_status te_linear_options_init(te_linear_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(opts, "opts");
+    *opts = te_linear_options{};
+    opts->struct_size = sizeof *opts;
+    opts->bias = 1;
+    opts->activation_dtype = TE_DTYPE_BF16;
+  });
+}
+
+TE_API te_status te_linear_create(te_linear **out, te_context *ctx, const te_linear_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Context *c = to_context(ctx);
+    check_options(opts, "opts");
+    if (opts->in_features < 1) fail(Status::InvalidArgument, "argument 'opts->in_features': expected > 0, got %lld", (long long)opts->in_features);
+    if (opts->out_features < 1) fail(Status::InvalidArgument, "argument 'opts->out_features': expected > 0, got %lld", (long long)opts->out_features);
+    check_bool(opts->bias, "opts->bias");
+    check_bool(opts->fuse_wgrad_accumulation, "opts->fuse_wgrad_accumulation");
+    if (opts->activation_dtype != TE_DTYPE_F32 && opts->activation_dtype != TE_DTYPE_F16 && opts->activation_dtype != TE_DTYPE_BF16)
+      fail(Status::InvalidArgument, "argument 'opts->activation_dtype': expected F32, F16 or BF16, got %d", (int)opts->activation_dtype);
+    LinearOptions o;
+    o.in_features = opts->in_features;
+    o.out_features = opts->out_features;
+    o.bias = opts->bias;
+    o.activation_dtype = static_cast<DType>(opts->activation_dtype);
+    o.fuse_wgrad_accumulation = opts->fuse_wgrad_accumulation;
+    *out = reinterpret_cast<te_linear *>(new Linear(*c, o));
+  });
+}
+
+TE_API void te_linear_destroy(te_linear *lin) {
+  if (lin && reinterpret_cast<Handle *>(lin)->handle_kind == HandleKind::Linear) delete reinterpret_cast<Linear *>(lin);
+}
+
+TE_API te_status te_linear_forward_args_init(te_linear_forward_args *args) {
+  return guarded(__func__, [&] {
+    check_not_null(args, "args");
+    *args = te_linear_forward_args{};
+    args->struct_size = sizeof *args;
+  });
+}
+
+TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin, const te_linear_forward_args *args,
+                                           te_tensor *y, te_linear_residuals *residuals) {
+  return guarded(__func__, [&] {
+    check_options(residuals, "residuals");
+    std::unique_ptr<LinearSaved> saved;
+    TensorView in_t, w_t;
+    forward_compute(ctx, lin, args, y, saved, &in_t, &w_t);
+    residuals->input_t = to_c_tensor(in_t);
+    residuals->weight_t = to_c_tensor(w_t);
+    residuals->fp8 = saved->fp8;
+    residuals->internal = saved.release();
+  });
+}
+
+TE_API void te_linear_residuals_release(te_linear_residuals *residuals) {
+  if (!residuals || !residuals->internal) return;
+  auto *s = static_cast<LinearSaved *>(residuals->internal);
+  if (s->magic != LinearSaved::kMagic) return;
+  delete s;
+  residuals->internal = nullptr;
+}
+
+TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin, te_linear_residuals *residuals,
+                                        te_linear_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    check_not_null(out, "out");
+    LinearSaved *s = saved_of(residuals, "residuals");
+    if (s->layer != l->core()) fail(Status::InvalidArgument, "argument 'residuals': made by another te_linear than 'lin'");
+    auto bwd = std::make_unique<LinearBackwardCtx>(std::unique_ptr<LinearSaved>(s));
+    residuals->internal = nullptr;
+    *out = reinterpret_cast<te_linear_backward_ctx *>(bwd.release());
+  });
+}
+
+TE_API te_status te_linear_forward(te_context *ctx, te_linear *lin, const te_linear_forward_args *args, te_tensor *y,
+                                   te_linear_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    std::unique_ptr<LinearSaved> saved;
+    forward_compute(ctx, lin, args, y, saved, nullptr, nullptr);
+    *out = reinterpret_cast<te_linear_backward_ctx *>(new LinearBackwardCtx(std::move(saved)));
+  });
+}
+
+TE_API te_status te_linear_backward_args_init(te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    check_not_null(args, "args");
+    *args = te_linear_backward_args{};
+    args->struct_size = sizeof *args;
+  });
+}
+
+TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd, const te_tensor *dy, te_tensor *dx,
+                                    te_tensor *dw, te_tensor *db, const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LinearBackwardCtx *b = to_backward_ctx(bwd);
+    if (b->saved && &b->saved->layer->ctx != c)
+      fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
+    LinearBackwardArgs a;
+    if (args) {
+      check_options(args, "args");
+      if (args->flags & ~TE_BACKWARD_ONCE)
+        fail(Status::InvalidArgument, "argument 'args->flags': unknown flags 0x%x", args->flags & ~TE_BACKWARD_ONCE);
+      a.once = args->flags & TE_BACKWARD_ONCE;
+    }
+    a.dy = to_view(dy, "dy");
+    a.dx = to_optional_view(dx, "dx");
+    a.dw = to_optional_view(dw, "dw");
+    a.db = to_optional_view(db, "db");
+    linear_backward(*c, *b, a);
+  });
+}
+
+TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd) {
+  if (bwd && reinterpret_cast<Handle *>(bwd)->handle_kind == HandleKind::BackwardCtx)
+    delete reinterpret_cast<LinearBackwardCtx *>(bwd);
+}
+
+TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,
+                                             te_scaling_state_info *info, float *history, size_t history_cap) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    if (role < TE_ROLE_INPUT || role > TE_ROLE_GRAD_OUTPUT)
+      fail(Status::InvalidArgument, "argument 'role': expected a te_tensor_role value, got %d", (int)role);
+    check_options(info, "info");
+    const ScalingState &st = l->core()->state(static_cast<TensorRole>(role));
+    float scale = 1.0f, scale_inv = 1.0f;
+    int cap = history_cap > 65536 ? 65536 : static_cast<int>(history_cap);
+    st.read(c->backend(), &scale, &scale_inv, history, history ? cap : 0);
+    info->scale = scale;
+    info->scale_inv = scale_inv;
+    info->amax_history_len = st.history_len();
+    info->fp8_dtype = static_cast<te_dtype>(st.fp8_dtype());
+  });
+}
+
+TE_API te_status te_linear_state_save(te_context *ctx, const te_linear *lin, void *buf, size_t capacity, size_t *size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    check_not_null(size, "size");
+    size_t need = linear_state_size(*c, *l);
+    if (buf) linear_state_save(*c, *l, buf, capacity);
+    *size = need;
+  });
+}
+
+TE_API te_status te_linear_state_load(te_context *ctx, te_linear *lin, const void *buf, size_t size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    check_not_null(buf, "buf");
+    linear_state_load(*c, *l, buf, size);
+  });
+}
+
+}  // extern "C"

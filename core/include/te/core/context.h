@@ -1,0 +1,38 @@
+// One execution context: one device and its backend (stream, BLAS handle, memory cache), one
+// autocast stack, the default recipe. Not thread-safe: one per thread.
+#pragma once
+
+#include <memory>
+
+#include "te/core/autocast.h"
+#include "te/core/backend.h"
+#include "te/core/handle.h"
+#include "te/core/recipe.h"
+
+namespace te {
+
+class Context : public Handle {
+ public:
+  // Throws Unsupported when the device's backend is not available.
+  explicit Context(const Device &device);
+  ~Context();
+
+  Backend &backend() { return *backend_; }
+  const Device &device() const { return device_; }
+  Autocast &autocast() { return autocast_; }
+  const Autocast &autocast() const { return autocast_; }
+  const Recipe &default_recipe() const { return *default_recipe_.get(); }
+  const AutocastStats &stats() const { return stats_; }
+
+  // CUDA 0 when this build has the CUDA backend and a usable GPU, else the CPU.
+  static Device default_device();
+
+ private:
+  Device device_;
+  std::unique_ptr<Backend> backend_;
+  RecipeRef default_recipe_;
+  AutocastStats stats_;
+  Autocast autocast_;
+};
+
+}  // namespace te

@@ -1,0 +1,42 @@
+// Process groups for amax reduction. A group with one rank reduces nothing; multi-rank groups
+// (NCCL, core/src/dist) implement Communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "te/core/handle.h"
+
+namespace te {
+
+class Backend;
+
+// A collective over the ranks of a group, enqueued on the backend's stream.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual void allreduce_max(float *buf, size_t count, Backend &backend) = 0;
+};
+
+class Group : public Handle {
+ public:
+  Group(int rank, int size, std::unique_ptr<Communicator> comm);
+  uint64_t id() const { return id_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool needs_reduction() const { return size_ > 1; }
+  // In-place MAX over the group; a no-op for one rank.
+  void allreduce_max(float *buf, size_t count, Backend &backend) const;
+
+ private:
+  uint64_t id_;
+  int rank_, size_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+// Ids are drawn from a process-wide counter: never 0, never reused (TE keyed on Python's id(),
+// which is reused after free, so a new group could inherit a dead one's buckets).
+uint64_t next_group_id();
+
+}  // namespace te

@@ -1,0 +1,100 @@
+// The FP8 linear layer: y = x W^T + b with the forward split into a pure compute step and a
+// context-saving step (as TE's PRs 2811/2967 split _Linear), and a backward that can run again
+// until its context is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "te/core/context.h"
+#include "te/core/handle.h"
+#include "te/core/quantize.h"
+
+namespace te {
+
+struct LinearOptions {
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool bias = true;
+  DType activation_dtype = DType::BF16;
+  bool fuse_wgrad_accumulation = false;
+};
+
+enum class TensorRole : int { Input = 0, Weight = 1, GradOutput = 2 };
+
+// The FP8 weight and its transpose as one forward quantized them. Shared with the residuals of
+// every forward that used it; a refresh while it is shared makes a new one (copy on write).
+struct WeightCache {
+  QuantizedMatrix q;
+  uint64_t recipe_key = 0;
+};
+
+// Everything of a layer that outlives one call. Backward contexts share it, so destroying the
+// layer's handle while a backward is pending is safe.
+struct LinearCore {
+  LinearCore(Context &ctx, const LinearOptions &o) : ctx(ctx), opts(o) {}
+  ~LinearCore();
+  Context &ctx;
+  LinearOptions opts;
+  ScalingState input, weight, grad_output;
+  std::shared_ptr<WeightCache> weight_cache;
+  ScalingState &state(TensorRole r) { return r == TensorRole::Input ? input : r == TensorRole::Weight ? weight : grad_output; }
+};
+
+class Linear : public Handle {
+ public:
+  Linear(Context &ctx, const LinearOptions &o);
+  const std::shared_ptr<LinearCore> &core() const { return core_; }
+  const LinearOptions &options() const { return core_->opts; }
+
+ private:
+  std::shared_ptr<LinearCore> core_;
+};
+
+struct LinearForwardArgs {
+  TensorView input, weight, bias;  // bias.data == nullptr: none
+  bool weight_unchanged = false;
+};
+
+// What forward_compute leaves for backward. Owned by the caller's residuals struct until saved.
+struct LinearSaved {
+  static constexpr uint32_t kMagic = 0x54455253u;  // "TERS": recognises foreign pointers
+  uint32_t magic = kMagic;
+  std::shared_ptr<LinearCore> layer;
+  bool fp8 = false;
+  RecipeRef recipe;
+  const Group *group = nullptr;
+  PassTicket ticket;
+  QuantizedMatrix x;                    // FP8: x^T in x.col
+  std::shared_ptr<WeightCache> w;       // FP8: W^T in w->q.col
+  TensorView x_hp, w_hp;                // high precision: the caller's x and W, referenced
+  int64_t tokens = 0;
+  ~LinearSaved() { magic = 0; }
+};
+
+// Fills y and *saved (a new LinearSaved the caller owns); on failure nothing changed.
+void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
+                            std::unique_ptr<LinearSaved> &saved, TensorView *input_t, TensorView *weight_t);
+
+class LinearBackwardCtx : public Handle {
+ public:
+  explicit LinearBackwardCtx(std::unique_ptr<LinearSaved> s)
+      : Handle(HandleKind::BackwardCtx), saved(std::move(s)) {}
+  std::unique_ptr<LinearSaved> saved;  // null once released (TE_BACKWARD_ONCE)
+  Buffer grad_scale;                   // delayed scaling: the dy scale of the first backward
+  bool grad_scale_taken = false;
+};
+
+struct LinearBackwardArgs {
+  TensorView dy, dx, dw, db;  // data == nullptr: not requested
+  bool once = false;
+};
+
+void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardArgs &args);
+
+// Versioned, bit-exact serialisation of the layer's scaling states.
+size_t linear_state_size(Context &ctx, const Linear &lin);
+void linear_state_save(Context &ctx, const Linear &lin, void *buf, size_t capacity);
+void linear_state_load(Context &ctx, Linear &lin, const void *buf, size_t size);
+
+}  // namespace te

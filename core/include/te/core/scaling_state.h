@@ -1,0 +1,50 @@
+// The scaling state of one quantized tensor role (a layer's input, weight or grad_output): amax
+// history, scale and scale_inv on the context's device, plus scratch for current scaling.
+#pragma once
+
+#include <cstdint>
+
+#include "te/core/backend.h"
+#include "te/core/recipe.h"
+
+namespace te {
+
+class ScalingState {
+ public:
+  // Makes the state ready for `recipe` producing `fp8_dtype`. The first use, or a change of
+  // history length or FP8 type, (re)initialises it: history zeroed, scale 1 (TE's start).
+  // Allocates only then.
+  void prepare(Backend &be, const Recipe &recipe, DType fp8_dtype);
+  bool initialized() const { return len_ > 0; }
+
+  // Device layout: history[len] | scale | scale_inv | amax scratch.
+  float *history() const { return mem_.floats(); }
+  float *scale() const { return mem_.floats() + len_; }
+  float *scale_inv() const { return mem_.floats() + len_ + 1; }
+  float *amax_scratch() const { return mem_.floats() + len_ + 2; }
+  int history_len() const { return len_; }
+  DType fp8_dtype() const { return dtype_; }
+  int margin() const { return margin_; }
+  AmaxAlgo algo() const { return algo_; }
+
+  ScaleUpdateItem update_item() const {
+    return ScaleUpdateItem{history(), scale(), scale_inv(), len_, margin_, algo_, fp8_max(dtype_)};
+  }
+
+  // Host copies, for inspection and serialisation (they synchronise).
+  void read(Backend &be, float *scale, float *scale_inv, float *history, int history_cap) const;
+  // Replaces the whole state (used by state_load); allocation happens before anything changes.
+  void assign(Backend &be, int len, DType dtype, float scale, float scale_inv, const float *history);
+
+  // Autocast bookkeeping: the pass this state was last registered in (registration dedupe).
+  uint64_t registered_pass = 0;
+
+ private:
+  Buffer mem_;
+  int len_ = 0;
+  DType dtype_ = DType::E4M3;
+  int margin_ = 0;
+  AmaxAlgo algo_ = AmaxAlgo::Max;
+};
+
+}  // namespace te

@@ -1,0 +1,104 @@
+// GEMM on the CPU: operands become fp32 matrices (FP8 codes decoded exactly, block-scaled
+// operands dequantized per block), OpenBLAS sgemm accumulates in fp32, and the epilogue runs
+// in float before the single rounding into D's dtype.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "cpu/cpu_activation_math.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_convert.h"
+
+namespace te {
+
+namespace {
+
+// One GEMM operand as a row-major fp32 matrix in its stored layout. F32 operands are used in
+// place; everything else is converted into a scratch buffer from the backend's cache.
+struct FloatOperand {
+  Buffer storage;
+  const float *data = nullptr;
+};
+
+}  // namespace
+
+namespace {
+
+FloatOperand to_float_operand(CpuBackend *be, const TensorView &t, float *alpha) {
+  FloatOperand op;
+  if (t.dtype == DType::F32) {
+    op.data = static_cast<const float *>(t.data);
+    return op;
+  }
+  const int64_t n = t.numel();
+  op.storage = Buffer(be, static_cast<size_t>(n) * sizeof(float));
+  op.data = op.storage.floats();
+  if (is_fp8(t.dtype) && t.scaling != ScalingMode::PerTensor) {
+    // Block scales differ along K, so they cannot factor out of the sum: dequantize first.
+    be->dequantize(t, make_view(op.storage.get(), DType::F32, t.device, t.rows(), t.cols()));
+    return op;
+  }
+  // Raw codes decode exactly; a per-tensor scale_inv factors out of the sum into alpha.
+  cpu::load_floats(t.data, t.dtype, 0, n, op.storage.floats());
+  if (is_fp8(t.dtype)) *alpha *= t.scale_inv[0];
+  return op;
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const GemmArgs &g) {
+  const int64_t m = g.d.rows(), n = g.d.cols();
+  const int64_t k = g.transa ? g.a.rows() : g.a.cols();
+  if (m == 0 || n == 0) return;
+
+  float alpha = 1.0f;
+  const FloatOperand a = to_float_operand(this, g.a, &alpha);
+  const FloatOperand b = to_float_operand(this, g.b, &alpha);
+
+  // The product lands in D itself when D is F32 and nothing older must be read back from it.
+  const bool product_in_d = g.d.dtype == DType::F32 && !g.accumulate;
+  Buffer product_storage;
+  if (!product_in_d) product_storage = Buffer(this, static_cast<size_t>(m * n) * sizeof(float));
+  float *c = product_in_d ? static_cast<float *>(g.d.data) : product_storage.floats();
+
+  if (k == 0) {
+    std::fill(c, c + m * n, 0.0f);
+  } else {
+    cblas_sgemm(CblasRowMajor, g.transa ? CblasTrans : CblasNoTrans,
+                g.transb ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a.data, static_cast<int>(g.a.cols()), b.data,
+                static_cast<int>(g.b.cols()), 0.0f, c, static_cast<int>(n));
+  }
+
+  const bool has_bias = g.epilogue == Epilogue::Bias || g.epilogue == Epilogue::BiasGelu;
+  const bool has_gelu = g.epilogue == Epilogue::Gelu || g.epilogue == Epilogue::BiasGelu;
+  const bool store_gelu_input = has_gelu && g.gelu_input.data != nullptr;
+  if (!has_bias && !has_gelu && !g.accumulate && product_in_d) return;
+
+  Buffer bias_storage, old_d_storage;
+  if (has_bias) {
+    bias_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+    cpu::load_floats(g.bias.data, g.bias.dtype, 0, n, bias_storage.floats());
+  }
+  if (g.accumulate) old_d_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+  const float *bias = bias_storage.floats();
+  float *old_d = old_d_storage.floats();
+
+  for (int64_t i = 0; i < m; ++i) {
+    float *row = c + i * n;
+    if (has_bias) {
+      for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+    }
+    if (store_gelu_input) cpu::store_floats(row, n, g.gelu_input.data, g.gelu_input.dtype, i * n);
+    if (has_gelu) {
+      for (int64_t j = 0; j < n; ++j) row[j] = cpu::gelu(row[j]);
+    }
+    if (g.accumulate) {
+      cpu::load_floats(g.d.data, g.d.dtype, i * n, n, old_d);
+      for (int64_t j = 0; j < n; ++j) row[j] += old_d[j];
+    }
+    if (!product_in_d) cpu::store_floats(row, n, g.d.data, g.d.dtype, i * n);
+  }
+}
+
+}  // namespace te
