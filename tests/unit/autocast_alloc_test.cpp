@@ -1,0 +1,76 @@
+// Autocast begin/end must never allocate: counted through a replaced global operator new (the
+// core allocates only through it; the CPU backend's cache is warmed up first).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "te/core/context.h"
+#include "te/core/linear.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}
+
+void *operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void *p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+
+namespace te {
+namespace {
+
+TEST(AutocastAllocation, BeginEndPairsNeverAllocate) {
+  Context ctx(Device{});
+  Recipe *recipe = Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed));
+  Autocast &ac = ctx.autocast();
+  for (int i = 0; i < 4; ++i) ac.end(ac.begin(true, false, recipe, nullptr));  // warm-up
+  long before = g_allocations.load();
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t outer = ac.begin(false, false, recipe, nullptr);
+    uint64_t inner = ac.begin(true, false, recipe, nullptr);
+    ac.end(inner);
+    ac.end(outer);
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  recipe->release();
+}
+
+TEST(AutocastAllocation, ScopeEndWithUpdatesDoesNotAllocateAfterWarmUp) {
+  Context ctx(Device{});
+  Recipe *recipe = Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed));
+  LinearOptions o;
+  o.in_features = 16;
+  o.out_features = 16;
+  o.bias = false;
+  o.activation_dtype = DType::F32;
+  Linear lin(ctx, o);
+  std::vector<float> x(16 * 16, 0.5f), w(16 * 16, 0.25f), y(16 * 16);
+  LinearForwardArgs args;
+  args.input = make_view(x.data(), DType::F32, Device{}, 16, 16);
+  args.weight = make_view(w.data(), DType::F32, Device{}, 16, 16);
+  TensorView yv = make_view(y.data(), DType::F32, Device{}, 16, 16);
+  Autocast &ac = ctx.autocast();
+  auto step = [&](long *end_allocations) {
+    uint64_t t = ac.begin(true, false, recipe, nullptr);
+    std::unique_ptr<LinearSaved> saved;
+    linear_forward_compute(ctx, lin, args, yv, saved, nullptr, nullptr);
+    long before = g_allocations.load();
+    ac.end(t);  // one bucket update
+    if (end_allocations) *end_allocations = g_allocations.load() - before;
+  };
+  step(nullptr);
+  step(nullptr);
+  long allocations = -1;
+  step(&allocations);
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(ctx.stats().bucket_updates, 3u);
+  recipe->release();
+}
+
+}  // namespace
+}  // namespace te
