@@ -135,6 +135,7 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t);
  * DLPack producer: the caller calls its deleter when done. Accepts
  * float32/float16/bfloat16 (and uint8 viewed as `fp8_dtype`, which must then
  * be TE_DTYPE_E4M3 or TE_DTYPE_E5M2) on kDLCPU, kDLCUDA or kDLCUDAHost.
+ * For FP8 the caller sets out->scale_inv (and out->scaling) afterwards.
  * Errors: INVALID_ARGUMENT for NULL, non-contiguous strides, a byte_offset
  * that misaligns the data, an unknown dtype or device, ndim > TE_MAX_DIMS. */
 TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_tensor,
@@ -515,9 +516,9 @@ TE_API te_status te_amax(te_context *ctx, const te_tensor *x, float *amax);
 
 typedef enum te_epilogue {
   TE_EPILOGUE_NONE = 0,
-  TE_EPILOGUE_BIAS = 1,     /* D += bias[n] */
-  TE_EPILOGUE_GELU = 2,     /* D = gelu(D) */
-  TE_EPILOGUE_BIAS_GELU = 3 /* D = gelu(D + bias[n]) */
+  TE_EPILOGUE_BIAS = 1,     /* result + bias[n] */
+  TE_EPILOGUE_GELU = 2,     /* gelu(result) */
+  TE_EPILOGUE_BIAS_GELU = 3 /* gelu(result + bias[n]) */
 } te_epilogue;
 
 typedef struct te_gemm_options {
@@ -527,14 +528,15 @@ typedef struct te_gemm_options {
   te_epilogue epilogue;
   const te_tensor *bias;        /* [n], F32/F16/BF16, for BIAS epilogues */
   te_tensor *gelu_input;        /* optional: pre-GELU values [m, n] for GELU epilogues */
-  int32_t accumulate;           /* D += result instead of D = result */
+  int32_t accumulate;           /* the result includes the old D (before the epilogue) */
   int32_t use_split_accumulator;/* FP8: promote partial sums to fp32 often (exact here) */
 } te_gemm_options;
 
 TE_API te_status te_gemm_options_init(te_gemm_options *opts);
 
-/* D[m, n] = op(A)[m, k] op(B)[k, n], row-major 2-D tensors, result in fp32
- * then epilogue then D's dtype (F32, F16, BF16). A and B are both FP8 or both
+/* D[m, n] = epilogue(op(A)[m, k] op(B)[k, n] (+ D when accumulating)), row-major
+ * 2-D tensors, computed in fp32 in cuBLASLt's order (product, + old D, + bias,
+ * GELU), then stored in D's dtype (F32, F16, BF16). A and B are both FP8 or both
  * of one high-precision dtype. FP8 follows cuBLASLt's rules on every backend:
  * transa = 0 and transb = 1 (both operands K-major), m, n, k multiples of 16,
  * not both E5M2; per-tensor scaling multiplies by both scale_inv; block

@@ -84,18 +84,19 @@ void CpuBackend::gemm(const GemmArgs &g) {
   const float *bias = bias_storage.floats();
   float *old_d = old_d_storage.floats();
 
+  // cuBLASLt's order, so both backends agree: D = gelu(alpha*AB [+ D_old] [+ bias]).
   for (int64_t i = 0; i < m; ++i) {
     float *row = c + i * n;
+    if (g.accumulate) {
+      cpu::load_floats(g.d.data, g.d.dtype, i * n, n, old_d);
+      for (int64_t j = 0; j < n; ++j) row[j] += old_d[j];
+    }
     if (has_bias) {
       for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     }
     if (store_gelu_input) cpu::store_floats(row, n, g.gelu_input.data, g.gelu_input.dtype, i * n);
     if (has_gelu) {
       for (int64_t j = 0; j < n; ++j) row[j] = cpu::gelu(row[j]);
-    }
-    if (g.accumulate) {
-      cpu::load_floats(g.d.data, g.d.dtype, i * n, n, old_d);
-      for (int64_t j = 0; j < n; ++j) row[j] += old_d[j];
     }
     if (!product_in_d) cpu::store_floats(row, n, g.d.data, g.d.dtype, i * n);
   }
