@@ -50,8 +50,9 @@ void quantize_into(Context &c, const TensorView &x, TensorView *out, TensorView 
   if (out && out_t && (out->dtype != out_t->dtype || out->scaling != out_t->scaling))
     fail(Status::InvalidArgument, "argument 'out_t': expected the dtype and scaling of 'out'");
   if (ref.scaling != ScalingMode::PerTensor) {
-    if (o.scale || o.amax)
-      fail(Status::InvalidArgument, "argument 'opts': block scaling computes its own scales: expected scale and amax NULL");
+    if (o.scale)
+      fail(Status::InvalidArgument, "argument 'opts->scale': block scaling computes its own scales: expected NULL");
+    if (o.amax) be.amax(x, o.amax, true);
     be.block_quantize(x, ref.scaling, o.power_of_2_scales, o.amax_epsilon, out, out_t);
     return;
   }

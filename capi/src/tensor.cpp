@@ -101,7 +101,8 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t) {
     check_not_null(count, "count");
     check_not_null(t, "t");
     if (t->dtype != TE_DTYPE_E4M3 && t->dtype != TE_DTYPE_E5M2)
-      fail(Status::InvalidArgument, "argument 't->dtype': expected E4M3 or E5M2, got %d", (int)t->dtype);
+      fail(Status::InvalidArgument, "argument 't->dtype': expected E4M3 or E5M2, got %s",
+           known_dtype(t->dtype) ? dtype_name(static_cast<DType>(t->dtype)) : "an unknown value");
     if (t->ndim < 1 || t->ndim > TE_MAX_DIMS)
       fail(Status::InvalidArgument, "argument 't->ndim': expected 1..%d, got %d", TE_MAX_DIMS, t->ndim);
     if (t->scaling < TE_SCALING_PER_TENSOR || t->scaling > TE_SCALING_BLOCK_128X128)

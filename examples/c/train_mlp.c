@@ -1,0 +1,421 @@
+/*
+ * train_mlp: train a small MLP in FP8 with libte, and check it against FP32.
+ *
+ *   model   Linear(64 -> 256) -> GELU -> Linear(256 -> 16), MSE loss
+ *   task    regress the outputs of a fixed random "teacher" MLP on Gaussian inputs
+ *   optim   SGD with momentum on fp32 master weights kept in this file
+ *
+ * The model is trained twice from the same initial weights on the same batches:
+ * once with every forward inside an FP8 autocast scope (delayed scaling, HYBRID
+ * format: E4M3 forward, E5M2 gradients), once with the scope disabled, so the
+ * only difference between the two loss curves is FP8.
+ *
+ * Usage:   train_mlp [loss.csv]          (default train_mlp_loss.csv)
+ * Exit:    0  FP8 converged: final loss far below the initial loss and within
+ *             10% of the FP32 final loss
+ *          1  it did not
+ *          2  a libte call (or the CSV file, or malloc) failed
+ *
+ * Only the public header is used. Plain C99.
+ */
+#include <te/te.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* FP8 GEMMs need every dimension, the token count included, to be a multiple of 16. */
+enum { IN = 64, HIDDEN = 256, OUT = 16, BATCH = 128 };
+
+enum {
+  STEPS = 600,
+  LOG_EVERY = 50,
+  FINAL_WINDOW = 20 /* "final loss" = mean over the last this-many steps: one batch is noisy */
+};
+
+static const float LEARNING_RATE = 0.5f;
+static const float MOMENTUM = 0.9f;
+/* Converged = the final loss is at most this fraction of the initial loss... */
+static const double CONVERGED_FRACTION = 0.1;
+/* ...and FP8's final loss is within this relative distance of FP32's. */
+static const double FP8_TOLERANCE = 0.10;
+
+static const uint64_t TEACHER_SEED = 1;
+static const uint64_t INIT_SEED = 2;
+static const uint64_t DATA_SEED = 3;
+
+/* Any libte failure ends the demo: the message names the call and the argument. */
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    te_status check_status_ = (call);                                                              \
+    if (check_status_ != TE_SUCCESS) {                                                             \
+      fprintf(stderr, "%s:%d: %s\n  failed: %s: %s\n", __FILE__, __LINE__, #call,                  \
+              te_status_string(check_status_), te_last_error());                                   \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static void *xcalloc(size_t count, size_t size) {
+  void *p = calloc(count, size);
+  if (p == NULL) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+/* ---- a small fixed-seed RNG of our own, so both trainings (and every run) see the same data - */
+
+typedef struct rng {
+  uint64_t state;
+} rng;
+
+static uint64_t splitmix64(rng *r) {
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]: never 0, so log() below is finite. */
+static double uniform01(rng *r) { return ((double)(splitmix64(r) >> 11) + 1.0) * 0x1.0p-53; }
+
+/* Box-Muller; the second variate is dropped to keep the state a single integer. */
+static float normal(rng *r, float stddev) {
+  double u1 = uniform01(r), u2 = uniform01(r);
+  return (float)(stddev * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void fill_normal(rng *r, float *x, size_t n, float stddev) {
+  for (size_t i = 0; i < n; ++i) x[i] = normal(r, stddev);
+}
+
+/* ---- parameters: one flat fp32 array, so that copying and the SGD step are one loop ------- */
+
+enum {
+  W1_SIZE = HIDDEN * IN,
+  B1_SIZE = HIDDEN,
+  W2_SIZE = OUT * HIDDEN,
+  B2_SIZE = OUT,
+  N_PARAMS = W1_SIZE + B1_SIZE + W2_SIZE + B2_SIZE
+};
+
+typedef struct mlp_params {
+  float *w1; /* [HIDDEN, IN]: libte's weight layout is [out_features, in_features] */
+  float *b1; /* [HIDDEN] */
+  float *w2; /* [OUT, HIDDEN] */
+  float *b2; /* [OUT] */
+} mlp_params;
+
+static mlp_params params_view(float *flat) {
+  mlp_params p;
+  p.w1 = flat;
+  p.b1 = p.w1 + W1_SIZE;
+  p.w2 = p.b1 + B1_SIZE;
+  p.b2 = p.w2 + W2_SIZE;
+  return p;
+}
+
+/* Variance 1/fan_in keeps activations near unit scale through both layers. */
+static void init_params(float *flat, uint64_t seed) {
+  rng r = {seed};
+  mlp_params p = params_view(flat);
+  memset(flat, 0, N_PARAMS * sizeof(float));
+  fill_normal(&r, p.w1, W1_SIZE, 1.0f / sqrtf((float)IN));
+  fill_normal(&r, p.w2, W2_SIZE, 1.0f / sqrtf((float)HIDDEN));
+}
+
+/* ---- the task ------------------------------------------------------------------------------ */
+
+/* Same tanh approximation as TE_ACTIVATION_GELU. */
+static float gelu(float x) {
+  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* The teacher: a fixed random MLP of the same shape, evaluated here in plain fp32, never
+ * through libte, so the targets do not depend on the precision the student trains in. Its
+ * weights are stored input-major ([in][out]) so the inner loops run over contiguous memory. */
+typedef struct teacher_mlp {
+  float w1[IN][HIDDEN];
+  float w2[HIDDEN][OUT];
+} teacher_mlp;
+
+static void init_teacher(teacher_mlp *t, uint64_t seed) {
+  rng r = {seed};
+  fill_normal(&r, &t->w1[0][0], (size_t)IN * HIDDEN, 1.0f / sqrtf((float)IN));
+  fill_normal(&r, &t->w2[0][0], (size_t)HIDDEN * OUT, 1.0f / sqrtf((float)HIDDEN));
+}
+
+static void teacher_forward(const teacher_mlp *t, const float *x, float *target) {
+  for (int n = 0; n < BATCH; ++n) {
+    const float *xn = x + (size_t)n * IN;
+    float *yn = target + (size_t)n * OUT;
+    float hidden[HIDDEN] = {0};
+    for (int i = 0; i < IN; ++i)
+      for (int j = 0; j < HIDDEN; ++j) hidden[j] += xn[i] * t->w1[i][j];
+    for (int o = 0; o < OUT; ++o) yn[o] = 0.0f;
+    for (int j = 0; j < HIDDEN; ++j) {
+      const float a = gelu(hidden[j]);
+      for (int o = 0; o < OUT; ++o) yn[o] += a * t->w2[j][o];
+    }
+  }
+}
+
+/* A fresh batch every step, so the loss measures generalisation, not memorisation. */
+static void next_batch(rng *data, const teacher_mlp *teacher, float *x, float *target) {
+  fill_normal(data, x, (size_t)BATCH * IN, 1.0f);
+  teacher_forward(teacher, x, target);
+}
+
+/* Mean squared error, and its gradient with respect to y. */
+static double mse_loss(const float *y, const float *target, float *dy) {
+  const size_t n = (size_t)BATCH * OUT;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    float diff = y[i] - target[i];
+    sum += (double)diff * diff;
+    dy[i] = 2.0f * diff / (float)n;
+  }
+  return sum / (double)n;
+}
+
+/* ---- libte glue ------------------------------------------------------------------------------ */
+
+/* A te_tensor only describes memory the caller owns (and, here, frees): no allocation. */
+static te_tensor matrix(te_device device, float *data, int64_t rows, int64_t cols) {
+  te_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = TE_DTYPE_F32;
+  t.device = device;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  return t;
+}
+
+static te_tensor vector(te_device device, float *data, int64_t n) {
+  te_tensor t = matrix(device, data, n, 0);
+  t.ndim = 1;
+  return t;
+}
+
+/* The buffers are host memory, so the demo needs a CPU context. The default context is on
+ * the GPU when one is usable; fall back to the CPU explicitly rather than fail. */
+static te_context *create_cpu_context(te_device *device) {
+  te_context *ctx = NULL;
+  CHECK(te_context_create(&ctx, NULL));
+  CHECK(te_context_get_device(ctx, device));
+  if (device->type == TE_DEVICE_CPU) return ctx;
+
+  printf("default device is CUDA %d; this demo keeps its tensors in host memory, "
+         "so it uses a CPU context\n",
+         (int)device->index);
+  te_context_destroy(ctx);
+  te_context_options opts;
+  CHECK(te_context_options_init(&opts));
+  opts.use_default_device = 0;
+  opts.device.type = TE_DEVICE_CPU;
+  opts.device.index = 0;
+  CHECK(te_context_create(&ctx, &opts));
+  CHECK(te_context_get_device(ctx, device));
+  return ctx;
+}
+
+static te_linear *create_linear(te_context *ctx, int64_t in, int64_t out) {
+  te_linear_options opts;
+  CHECK(te_linear_options_init(&opts));
+  opts.in_features = in;
+  opts.out_features = out;
+  /* The default is BF16. F32 in both runs keeps FP8 the only difference between them. */
+  opts.activation_dtype = TE_DTYPE_F32;
+  te_linear *lin = NULL;
+  CHECK(te_linear_create(&lin, ctx, &opts));
+  return lin;
+}
+
+/* ---- training ---------------------------------------------------------------------------- */
+
+/* Trains from `init` for STEPS steps and writes each step's loss (before its update) into
+ * losses[STEPS]. With use_fp8 == 0 the very same code runs with the autocast scope disabled. */
+static void train(te_context *ctx, te_device device, const te_recipe *recipe, int use_fp8,
+                  const float *init, const teacher_mlp *teacher, double *losses) {
+  /* Fresh layers per run: a te_linear carries its FP8 scaling history. */
+  te_linear *fc1 = create_linear(ctx, IN, HIDDEN);
+  te_linear *fc2 = create_linear(ctx, HIDDEN, OUT);
+
+  float *master = xcalloc(N_PARAMS, sizeof(float));
+  float *grad = xcalloc(N_PARAMS, sizeof(float));
+  float *velocity = xcalloc(N_PARAMS, sizeof(float));
+  memcpy(master, init, N_PARAMS * sizeof(float));
+  mlp_params w = params_view(master), g = params_view(grad);
+
+  float *x = xcalloc((size_t)BATCH * IN, sizeof(float));
+  float *target = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *h = xcalloc((size_t)BATCH * HIDDEN, sizeof(float)); /* fc1 output, GELU input */
+  float *a = xcalloc((size_t)BATCH * HIDDEN, sizeof(float)); /* GELU output, fc2 input */
+  float *y = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *dy = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *da = xcalloc((size_t)BATCH * HIDDEN, sizeof(float));
+  float *dh = xcalloc((size_t)BATCH * HIDDEN, sizeof(float));
+
+  te_tensor x_t = matrix(device, x, BATCH, IN), h_t = matrix(device, h, BATCH, HIDDEN);
+  te_tensor a_t = matrix(device, a, BATCH, HIDDEN), y_t = matrix(device, y, BATCH, OUT);
+  te_tensor dy_t = matrix(device, dy, BATCH, OUT), da_t = matrix(device, da, BATCH, HIDDEN);
+  te_tensor dh_t = matrix(device, dh, BATCH, HIDDEN);
+  te_tensor w1_t = matrix(device, w.w1, HIDDEN, IN), b1_t = vector(device, w.b1, HIDDEN);
+  te_tensor w2_t = matrix(device, w.w2, OUT, HIDDEN), b2_t = vector(device, w.b2, OUT);
+  te_tensor dw1_t = matrix(device, g.w1, HIDDEN, IN), db1_t = vector(device, g.b1, HIDDEN);
+  te_tensor dw2_t = matrix(device, g.w2, OUT, HIDDEN), db2_t = vector(device, g.b2, OUT);
+
+  te_autocast_options autocast;
+  CHECK(te_autocast_options_init(&autocast));
+  autocast.enabled = use_fp8;
+  autocast.recipe = recipe;
+
+  te_linear_forward_args fwd1, fwd2;
+  CHECK(te_linear_forward_args_init(&fwd1));
+  CHECK(te_linear_forward_args_init(&fwd2));
+  fwd1.input = &x_t;
+  fwd1.weight = &w1_t;
+  fwd1.bias = &b1_t;
+  fwd2.input = &a_t;
+  fwd2.weight = &w2_t;
+  fwd2.bias = &b2_t;
+  /* weight_unchanged stays 0: SGD changes the weights every step, so the cached FP8 weights
+   * must be re-quantized. (Gradient accumulation over micro-batches would set it.) */
+
+  te_linear_backward_args once;
+  CHECK(te_linear_backward_args_init(&once));
+  once.flags = TE_BACKWARD_ONCE; /* each backward runs once: free its FP8 copies right away */
+
+  rng data = {DATA_SEED}; /* both runs replay the same batches */
+  for (int step = 0; step < STEPS; ++step) {
+    next_batch(&data, teacher, x, target);
+
+    /* Forward inside the scope: when it ends, libte updates the forward scales (inputs and
+     * weights) from this step's amaxes, for the next step to use. */
+    te_autocast_token token;
+    te_linear_backward_ctx *bwd1 = NULL, *bwd2 = NULL;
+    CHECK(te_autocast_begin(ctx, &autocast, &token));
+    CHECK(te_linear_forward(ctx, fc1, &fwd1, &h_t, &bwd1));
+    CHECK(te_activation_forward(ctx, TE_ACTIVATION_GELU, &h_t, &a_t));
+    CHECK(te_linear_forward(ctx, fc2, &fwd2, &y_t, &bwd2));
+    CHECK(te_autocast_end(ctx, token));
+
+    losses[step] = mse_loss(y, target, dy);
+
+    /* Backward runs after the scope, as in TE; the saved contexts remember it was FP8.
+     * fc1 needs no dx: x is data. fc1 is the pass's first FP8 module, so its backward is what
+     * makes libte update the gradient scales. */
+    CHECK(te_linear_backward(ctx, bwd2, &dy_t, &da_t, &dw2_t, &db2_t, &once));
+    CHECK(te_activation_backward(ctx, TE_ACTIVATION_GELU, &h_t, &da_t, &dh_t));
+    CHECK(te_linear_backward(ctx, bwd1, &dh_t, NULL, &dw1_t, &db1_t, &once));
+    te_linear_backward_ctx_destroy(bwd2);
+    te_linear_backward_ctx_destroy(bwd1);
+
+    /* The master weights stay fp32; FP8 is only ever a per-step copy inside libte. */
+    for (size_t i = 0; i < N_PARAMS; ++i) {
+      velocity[i] = MOMENTUM * velocity[i] + grad[i];
+      master[i] -= LEARNING_RATE * velocity[i];
+    }
+  }
+
+  free(dh);
+  free(da);
+  free(dy);
+  free(y);
+  free(a);
+  free(h);
+  free(target);
+  free(x);
+  free(velocity);
+  free(grad);
+  free(master);
+  te_linear_destroy(fc2);
+  te_linear_destroy(fc1);
+}
+
+static double mean(const double *v, int n) {
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += v[i];
+  return sum / n;
+}
+
+static int write_csv(const char *path, const double *fp8, const double *fp32) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return 0;
+  fprintf(f, "step,loss_fp8,loss_fp32\n");
+  for (int i = 0; i < STEPS; ++i) fprintf(f, "%d,%.9g,%.9g\n", i, fp8[i], fp32[i]);
+  return fclose(f) == 0;
+}
+
+int main(int argc, char **argv) {
+  const char *csv_path = argc > 1 ? argv[1] : "train_mlp_loss.csv";
+
+  te_device device;
+  te_context *ctx = create_cpu_context(&device);
+
+  /* Delayed scaling quantizes each tensor with a scale computed from the amaxes of the previous
+   * amax_history_len steps. TE's default, 1024, is longer than this whole run: every scale would
+   * be the max since step 0 and never come down as training shrinks the errors (and with them
+   * the gradients). 16 steps still smooths batch-to-batch noise but lets the scales follow, as
+   * the default does over a long run. In a run this short E5M2's range is wide enough that
+   * 1024 trains just as well; 16 is what the window is for. */
+  te_recipe_options recipe_opts;
+  CHECK(te_recipe_options_init(&recipe_opts, TE_RECIPE_DELAYED_SCALING));
+  recipe_opts.format = TE_FORMAT_HYBRID;
+  recipe_opts.amax_history_len = 16;
+  te_recipe *recipe = NULL;
+  CHECK(te_recipe_create(&recipe, &recipe_opts));
+
+  teacher_mlp *teacher = xcalloc(1, sizeof *teacher);
+  float *init = xcalloc(N_PARAMS, sizeof(float));
+  init_teacher(teacher, TEACHER_SEED);
+  init_params(init, INIT_SEED);
+  double *loss_fp8 = xcalloc(STEPS, sizeof(double));
+  double *loss_fp32 = xcalloc(STEPS, sizeof(double));
+
+  printf("libte %s, CPU context\n", te_version_string());
+  printf("MLP %d -> %d -> GELU -> %d, batch %d, %d steps, SGD lr %g momentum %g\n", IN, HIDDEN, OUT,
+         BATCH, STEPS, LEARNING_RATE, MOMENTUM);
+  printf("fp8 recipe: %s\n", te_recipe_describe(recipe));
+
+  train(ctx, device, recipe, 1, init, teacher, loss_fp8);
+  train(ctx, device, recipe, 0, init, teacher, loss_fp32);
+
+  for (int step = 0; step < STEPS; ++step)
+    if (step % LOG_EVERY == 0 || step == STEPS - 1)
+      printf("step %4d  fp8 %.5f  fp32 %.5f\n", step, loss_fp8[step], loss_fp32[step]);
+
+  /* Same weights, same batch: FP8's step-0 loss differs only by FP8 itself. */
+  const double initial = loss_fp32[0];
+  const double final_fp8 = mean(loss_fp8 + STEPS - FINAL_WINDOW, FINAL_WINDOW);
+  const double final_fp32 = mean(loss_fp32 + STEPS - FINAL_WINDOW, FINAL_WINDOW);
+  const double ratio = final_fp8 / final_fp32;
+  /* Written as "x <= limit" so that a NaN loss fails every test. */
+  const int converged = final_fp8 <= CONVERGED_FRACTION * initial;
+  const int within_tolerance = fabs(ratio - 1.0) <= FP8_TOLERANCE;
+  if (!converged)
+    printf("fp8 did not converge: final loss %.5f is not below %g x the initial %.5f\n", final_fp8,
+           CONVERGED_FRACTION, initial);
+  printf("final loss: fp8 %.5f fp32 %.5f (fp8/fp32 = %.3f, within %.0f%%: %s; initial %.5f)\n",
+         final_fp8, final_fp32, ratio, 100.0 * FP8_TOLERANCE, within_tolerance ? "yes" : "no",
+         initial);
+
+  const int csv_ok = write_csv(csv_path, loss_fp8, loss_fp32);
+  if (!csv_ok) fprintf(stderr, "could not write %s\n", csv_path);
+
+  free(loss_fp32);
+  free(loss_fp8);
+  free(init);
+  free(teacher);
+  te_recipe_release(recipe);
+  te_context_destroy(ctx);
+
+  if (!csv_ok) return 2;
+  return converged && within_tolerance ? 0 : 1;
+}
