@@ -5,6 +5,7 @@
 
 #include <te/te.h>
 
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -82,9 +83,20 @@ void check_options(const S *s, const char *name) {
   check_struct(s, s->struct_size, sizeof(S), name);
 }
 
+// A C enum field or parameter may hold any int the caller put there; loading it as the enum type
+// is undefined for values outside the enum's range, so the shims read the bits as an int.
+template <class E>
+int enum_int(const E &e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized on every supported ABI");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 inline bool known_dtype(int d) { return d >= TE_DTYPE_F32 && d <= TE_DTYPE_E5M2; }
 void check_bool(int32_t v, const char *name);
 
-Device to_device(te_device d, const char *name);
+// `name` names the te_device argument; `owner`, when not NULL, the tensor holding it.
+Device to_device(const te_device &d, const char *name, const char *owner = nullptr);
 
 }  // namespace te::capi

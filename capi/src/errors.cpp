@@ -41,12 +41,17 @@ void check_bool(int32_t v, const char *name) {
   if (v != 0 && v != 1) fail(Status::InvalidArgument, "argument '%s': expected 0 or 1, got %d", name, v);
 }
 
-Device to_device(te_device d, const char *name) {
-  if (d.type != TE_DEVICE_CPU && d.type != TE_DEVICE_CUDA)
-    fail(Status::InvalidArgument, "argument '%s.type': expected TE_DEVICE_CPU or TE_DEVICE_CUDA, got %d", name, (int)d.type);
-  if (d.index < 0) fail(Status::InvalidArgument, "argument '%s.index': expected >= 0, got %d", name, d.index);
+Device to_device(const te_device &d, const char *name, const char *owner) {
+  const char *sep = owner ? "->" : "";
+  owner = owner ? owner : "";
+  int type = enum_int(d.type);
+  if (type != TE_DEVICE_CPU && type != TE_DEVICE_CUDA)
+    fail(Status::InvalidArgument, "argument '%s%s%s.type': expected TE_DEVICE_CPU or TE_DEVICE_CUDA, got %d", owner, sep,
+         name, type);
+  if (d.index < 0)
+    fail(Status::InvalidArgument, "argument '%s%s%s.index': expected >= 0, got %d", owner, sep, name, d.index);
   Device out;
-  out.type = static_cast<DeviceType>(d.type);
+  out.type = static_cast<DeviceType>(type);
   out.index = d.index;
   return out;
 }

@@ -81,13 +81,14 @@ TE_API te_status te_linear_create(te_linear **out, te_context *ctx, const te_lin
     if (opts->out_features < 1) fail(Status::InvalidArgument, "argument 'opts->out_features': expected > 0, got %lld", (long long)opts->out_features);
     check_bool(opts->bias, "opts->bias");
     check_bool(opts->fuse_wgrad_accumulation, "opts->fuse_wgrad_accumulation");
-    if (opts->activation_dtype != TE_DTYPE_F32 && opts->activation_dtype != TE_DTYPE_F16 && opts->activation_dtype != TE_DTYPE_BF16)
-      fail(Status::InvalidArgument, "argument 'opts->activation_dtype': expected F32, F16 or BF16, got %d", (int)opts->activation_dtype);
+    const int act = enum_int(opts->activation_dtype);
+    if (act != TE_DTYPE_F32 && act != TE_DTYPE_F16 && act != TE_DTYPE_BF16)
+      fail(Status::InvalidArgument, "argument 'opts->activation_dtype': expected F32, F16 or BF16, got %d", act);
     LinearOptions o;
     o.in_features = opts->in_features;
     o.out_features = opts->out_features;
     o.bias = opts->bias;
-    o.activation_dtype = static_cast<DType>(opts->activation_dtype);
+    o.activation_dtype = static_cast<DType>(act);
     o.fuse_wgrad_accumulation = opts->fuse_wgrad_accumulation;
     *out = reinterpret_cast<te_linear *>(new Linear(*c, o));
   });
@@ -193,10 +194,11 @@ TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *l
     Context *c = to_context(ctx);
     Linear *l = to_linear(lin);
     check_same_context(c, l);
-    if (role < TE_ROLE_INPUT || role > TE_ROLE_GRAD_OUTPUT)
-      fail(Status::InvalidArgument, "argument 'role': expected a te_tensor_role value, got %d", (int)role);
+    const int r = enum_int(role);
+    if (r < TE_ROLE_INPUT || r > TE_ROLE_GRAD_OUTPUT)
+      fail(Status::InvalidArgument, "argument 'role': expected a te_tensor_role value, got %d", r);
     check_options(info, "info");
-    const ScalingState &st = l->core()->state(static_cast<TensorRole>(role));
+    const ScalingState &st = l->core()->state(static_cast<TensorRole>(r));
     float scale = 1.0f, scale_inv = 1.0f;
     int cap = history_cap > 65536 ? 65536 : static_cast<int>(history_cap);
     st.read(c->backend(), &scale, &scale_inv, history, history ? cap : 0);

@@ -12,9 +12,10 @@ static_assert(TE_EPILOGUE_BIAS_GELU == static_cast<int>(Epilogue::BiasGelu), "ep
 
 namespace {
 
-Activation to_activation(te_activation a) {
+Activation to_activation(const te_activation &act) {
+  const int a = enum_int(act);
   if (a < TE_ACTIVATION_RELU || a > TE_ACTIVATION_SWIGLU)
-    fail(Status::InvalidArgument, "argument 'act': expected a te_activation value, got %d", (int)a);
+    fail(Status::InvalidArgument, "argument 'act': expected a te_activation value, got %d", a);
   return static_cast<Activation>(a);
 }
 
@@ -196,15 +197,16 @@ TE_API te_status te_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b
     check_bool(o.transb, "opts->transb");
     check_bool(o.accumulate, "opts->accumulate");
     check_bool(o.use_split_accumulator, "opts->use_split_accumulator");
-    if (o.epilogue < TE_EPILOGUE_NONE || o.epilogue > TE_EPILOGUE_BIAS_GELU)
-      fail(Status::InvalidArgument, "argument 'opts->epilogue': expected a te_epilogue value, got %d", (int)o.epilogue);
+    const int epilogue = enum_int(o.epilogue);
+    if (epilogue < TE_EPILOGUE_NONE || epilogue > TE_EPILOGUE_BIAS_GELU)
+      fail(Status::InvalidArgument, "argument 'opts->epilogue': expected a te_epilogue value, got %d", epilogue);
     GemmArgs g;
     g.a = to_view(a, "a");
     g.b = to_view(b, "b");
     g.d = to_view(d, "d");
     g.transa = o.transa;
     g.transb = o.transb;
-    g.epilogue = static_cast<Epilogue>(o.epilogue);
+    g.epilogue = static_cast<Epilogue>(epilogue);
     g.accumulate = o.accumulate;
     g.split_accumulator = o.use_split_accumulator;
     const Device &dev = c->device();

@@ -14,22 +14,23 @@ void check_kind(int kind, const char *name) {
 }
 
 RecipeOptions to_core(const te_recipe_options &o) {
-  check_kind(o.kind, "opts->kind");
-  if (o.format != TE_FORMAT_HYBRID && o.format != TE_FORMAT_E4M3)
-    fail(Status::InvalidArgument, "argument 'opts->format': expected TE_FORMAT_HYBRID or TE_FORMAT_E4M3, got %d", (int)o.format);
-  if (o.amax_algo != TE_AMAX_MAX && o.amax_algo != TE_AMAX_MOST_RECENT)
-    fail(Status::InvalidArgument, "argument 'opts->amax_algo': expected TE_AMAX_MAX or TE_AMAX_MOST_RECENT, got %d", (int)o.amax_algo);
+  const int kind = enum_int(o.kind), format = enum_int(o.format), algo = enum_int(o.amax_algo);
+  check_kind(kind, "opts->kind");
+  if (format != TE_FORMAT_HYBRID && format != TE_FORMAT_E4M3)
+    fail(Status::InvalidArgument, "argument 'opts->format': expected TE_FORMAT_HYBRID or TE_FORMAT_E4M3, got %d", format);
+  if (algo != TE_AMAX_MAX && algo != TE_AMAX_MOST_RECENT)
+    fail(Status::InvalidArgument, "argument 'opts->amax_algo': expected TE_AMAX_MAX or TE_AMAX_MOST_RECENT, got %d", algo);
   check_bool(o.reduce_amax, "opts->reduce_amax");
   check_bool(o.power_of_2_scales, "opts->power_of_2_scales");
   check_bool(o.fprop_split_accumulator, "opts->fprop_split_accumulator");
   check_bool(o.dgrad_split_accumulator, "opts->dgrad_split_accumulator");
   check_bool(o.wgrad_split_accumulator, "opts->wgrad_split_accumulator");
   RecipeOptions r;
-  r.kind = static_cast<RecipeKind>(o.kind);
-  r.format = static_cast<Format>(o.format);
+  r.kind = static_cast<RecipeKind>(kind);
+  r.format = static_cast<Format>(format);
   r.margin = o.margin;
   r.amax_history_len = o.amax_history_len;
-  r.amax_algo = static_cast<AmaxAlgo>(o.amax_algo);
+  r.amax_algo = static_cast<AmaxAlgo>(algo);
   r.reduce_amax = o.reduce_amax;
   r.power_of_2_scales = o.power_of_2_scales;
   r.amax_epsilon = o.amax_epsilon;
@@ -60,10 +61,11 @@ extern "C" {
 TE_API te_status te_recipe_options_init(te_recipe_options *opts, te_recipe_kind kind) {
   return guarded(__func__, [&] {
     check_not_null(opts, "opts");
-    check_kind(kind, "kind");
+    const int k = enum_int(kind);
+    check_kind(k, "kind");
     te_recipe_options o{};
     o.struct_size = sizeof o;
-    to_c(RecipeOptions::defaults(static_cast<RecipeKind>(kind)), &o);
+    to_c(RecipeOptions::defaults(static_cast<RecipeKind>(k)), &o);
     *opts = o;
   });
 }

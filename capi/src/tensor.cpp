@@ -8,13 +8,14 @@ namespace te::capi {
 TensorView to_view(const te_tensor *t, const char *name) {
   check_not_null(t, name);
   if (!t->data) fail(Status::InvalidArgument, "argument '%s->data': expected a non-NULL pointer, got NULL", name);
-  if (!known_dtype(t->dtype))
-    fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name, (int)t->dtype);
+  const int dtype = enum_int(t->dtype), scaling = enum_int(t->scaling);
+  if (!known_dtype(dtype))
+    fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name, dtype);
   if (t->ndim < 1 || t->ndim > TE_MAX_DIMS)
     fail(Status::InvalidArgument, "argument '%s->ndim': expected 1..%d, got %d", name, TE_MAX_DIMS, t->ndim);
   TensorView v;
   v.data = t->data;
-  v.dtype = static_cast<DType>(t->dtype);
+  v.dtype = static_cast<DType>(dtype);
   v.ndim = t->ndim;
   for (int i = 0; i < t->ndim; ++i) {
     if (t->shape[i] < 1)
@@ -22,16 +23,14 @@ TensorView to_view(const te_tensor *t, const char *name) {
            (long long)t->shape[i]);
     v.shape[i] = t->shape[i];
   }
-  char dev_name[96];
-  std::snprintf(dev_name, sizeof dev_name, "%s->device", name);
-  v.device = to_device(t->device, dev_name);
+  v.device = to_device(t->device, "device", name);
   if (is_fp8(v.dtype)) {
     if (!t->scale_inv)
       fail(Status::InvalidArgument, "argument '%s->scale_inv': an FP8 tensor needs a scale_inv pointer, got NULL", name);
-    if (t->scaling < TE_SCALING_PER_TENSOR || t->scaling > TE_SCALING_BLOCK_128X128)
-      fail(Status::InvalidArgument, "argument '%s->scaling': expected a te_scaling_mode value, got %d", name, (int)t->scaling);
+    if (scaling < TE_SCALING_PER_TENSOR || scaling > TE_SCALING_BLOCK_128X128)
+      fail(Status::InvalidArgument, "argument '%s->scaling': expected a te_scaling_mode value, got %d", name, scaling);
     v.scale_inv = t->scale_inv;
-    v.scaling = static_cast<ScalingMode>(t->scaling);
+    v.scaling = static_cast<ScalingMode>(scaling);
   }
   return v;
 }
@@ -69,7 +68,7 @@ struct DLManagedTensorVersioned {
 enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
 enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 };
 
-te_dtype dl_dtype(const DLDataType &t, te_dtype fp8_dtype) {
+te_dtype dl_dtype(const DLDataType &t, int fp8_dtype) {
   if (t.lanes != 1) fail(Status::InvalidArgument, "argument 'dl_managed_tensor': expected 1 lane, got %u", t.lanes);
   if (t.code == kDLFloat && t.bits == 32) return TE_DTYPE_F32;
   if (t.code == kDLFloat && t.bits == 16) return TE_DTYPE_F16;
@@ -79,8 +78,8 @@ te_dtype dl_dtype(const DLDataType &t, te_dtype fp8_dtype) {
   if ((t.code == kDLUInt || t.code == kDLInt) && t.bits == 8) {
     if (fp8_dtype != TE_DTYPE_E4M3 && fp8_dtype != TE_DTYPE_E5M2)
       fail(Status::InvalidArgument, "argument 'fp8_dtype': 8-bit integer data is read as FP8, so expected "
-           "TE_DTYPE_E4M3 or TE_DTYPE_E5M2, got %d", (int)fp8_dtype);
-    return fp8_dtype;
+           "TE_DTYPE_E4M3 or TE_DTYPE_E5M2, got %d", fp8_dtype);
+    return static_cast<te_dtype>(fp8_dtype);
   }
   fail(Status::InvalidArgument, "argument 'dl_managed_tensor': unsupported DLPack dtype (code %u, %u bits)", t.code, t.bits);
 }
@@ -100,13 +99,14 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t) {
   return guarded(__func__, [&] {
     check_not_null(count, "count");
     check_not_null(t, "t");
-    if (t->dtype != TE_DTYPE_E4M3 && t->dtype != TE_DTYPE_E5M2)
+    const int dtype = enum_int(t->dtype), scaling = enum_int(t->scaling);
+    if (dtype != TE_DTYPE_E4M3 && dtype != TE_DTYPE_E5M2)
       fail(Status::InvalidArgument, "argument 't->dtype': expected E4M3 or E5M2, got %s",
-           known_dtype(t->dtype) ? dtype_name(static_cast<DType>(t->dtype)) : "an unknown value");
+           known_dtype(dtype) ? dtype_name(static_cast<DType>(dtype)) : "an unknown value");
     if (t->ndim < 1 || t->ndim > TE_MAX_DIMS)
       fail(Status::InvalidArgument, "argument 't->ndim': expected 1..%d, got %d", TE_MAX_DIMS, t->ndim);
-    if (t->scaling < TE_SCALING_PER_TENSOR || t->scaling > TE_SCALING_BLOCK_128X128)
-      fail(Status::InvalidArgument, "argument 't->scaling': expected a te_scaling_mode value, got %d", (int)t->scaling);
+    if (scaling < TE_SCALING_PER_TENSOR || scaling > TE_SCALING_BLOCK_128X128)
+      fail(Status::InvalidArgument, "argument 't->scaling': expected a te_scaling_mode value, got %d", scaling);
     TensorView v;
     v.ndim = t->ndim;
     for (int i = 0; i < t->ndim; ++i) {
@@ -114,7 +114,7 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t) {
         fail(Status::InvalidArgument, "argument 't->shape[%d]': expected a positive size, got %lld", i, (long long)t->shape[i]);
       v.shape[i] = t->shape[i];
     }
-    *count = scale_inv_count(static_cast<ScalingMode>(t->scaling), v.rows(), v.cols());
+    *count = scale_inv_count(static_cast<ScalingMode>(scaling), v.rows(), v.cols());
   });
 }
 
@@ -128,7 +128,7 @@ TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_te
       fail(Status::InvalidArgument, "argument 'dl_managed_tensor': expected 1..%d dimensions, got %d", TE_MAX_DIMS, t.ndim);
     te_tensor r;
     std::memset(&r, 0, sizeof r);
-    r.dtype = dl_dtype(t.dtype, fp8_dtype);
+    r.dtype = dl_dtype(t.dtype, enum_int(fp8_dtype));
     r.ndim = t.ndim;
     int64_t expected_stride = 1;
     for (int i = t.ndim - 1; i >= 0; --i) {

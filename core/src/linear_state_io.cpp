@@ -19,7 +19,10 @@ constexpr TensorRole kRoles[3] = {TensorRole::Input, TensorRole::Weight, TensorR
 struct Writer {
   unsigned char *p;
   template <class T> void put(const T &v) { std::memcpy(p, &v, sizeof v); p += sizeof v; }
-  void put_floats(const float *f, size_t n) { std::memcpy(p, f, n * sizeof(float)); p += n * sizeof(float); }
+  void put_floats(const float *f, size_t n) {
+    if (n) std::memcpy(p, f, n * sizeof(float));
+    p += n * sizeof(float);
+  }
 };
 
 struct Reader {
