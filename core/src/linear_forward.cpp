@@ -76,7 +76,11 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   const bool calibrating = scope && !scope->enabled && scope->calibrating;
   const Recipe *recipe = scope ? scope->recipe : nullptr;
   const int64_t tokens = args.input.rows();
-  if (fp8) check_fp8_dims("argument 'args->input'", tokens, o.out_features, o.in_features);
+  if (fp8) {
+    // Name the culprit: the tokens come from the input, the features from the layer.
+    const char *culprit = tokens % 16 ? "argument 'args->input'" : "argument 'lin'";
+    check_fp8_dims(culprit, tokens, o.out_features, o.in_features);
+  }
 
   TensorView x2d = make_view(args.input.data, args.input.dtype, args.input.device, tokens, o.in_features);
   TensorView y2d = make_view(y.data, y.dtype, y.device, tokens, o.out_features);

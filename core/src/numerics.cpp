@@ -177,9 +177,15 @@ void delayed_scale_update(float *history, int len, float *scale, float *scale_in
 
   // TE reduces with fmaxf starting from 0, so NaN entries are ignored by MAX (an all-NaN window
   // gives 0, which keeps the previous scale); infinities win and also keep the previous scale.
-  float amax = 0.0f;
-  for (int i = 0; i < len; ++i) amax = std::fmax(amax, history[i]);
-  if (algo == AmaxAlgo::MostRecent) amax = last_amax;
+  // `h > amax ? h : amax` is fmaxf here (amax is never NaN) but inlines and vectorises.
+  float amax = last_amax;
+  if (algo == AmaxAlgo::Max) {
+    amax = 0.0f;
+    for (int i = 0; i < len; ++i) {
+      const float h = history[i];
+      amax = h > amax ? h : amax;
+    }
+  }
 
   float new_scale = *scale;
   if (std::isfinite(amax) && amax > 0.0f) {
@@ -191,8 +197,10 @@ void delayed_scale_update(float *history, int len, float *scale, float *scale_in
 
   // Roll left by one: the oldest-but-one slides down, the old current amax goes to the end of
   // the window, and slot 0 is cleared to receive the next step's amax.
-  for (int i = 0; i + 1 < len; ++i) history[i] = history[i + 1];
-  if (len > 1) history[len - 1] = last_amax;
+  if (len > 1) {
+    std::memmove(history, history + 1, sizeof(float) * static_cast<size_t>(len - 1));
+    history[len - 1] = last_amax;
+  }
   history[0] = 0.0f;
 }
 

@@ -200,8 +200,9 @@ struct ScalingSnapshot {
     return info.scale == o.info.scale && info.scale_inv == o.info.scale_inv &&
            info.amax_history_len == o.info.amax_history_len &&
            info.fp8_dtype == o.info.fp8_dtype &&
-           std::memcmp(history.data(), o.history.data(), history.size() * sizeof(float)) == 0 &&
-           history.size() == o.history.size();
+           history.size() == o.history.size() &&
+           (history.empty() ||
+            std::memcmp(history.data(), o.history.data(), history.size() * sizeof(float)) == 0);
   }
 };
 inline ScalingSnapshot scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,
@@ -450,7 +451,8 @@ inline HostTensor random_tensor(te_dtype dtype, std::vector<int64_t> shape, floa
 inline bool same_contents(const HostTensor &a, const HostTensor &b) {
   return a.bytes == b.bytes &&
          a.scale_inv.size() == b.scale_inv.size() &&
-         std::memcmp(a.scale_inv.data(), b.scale_inv.data(), a.scale_inv.size() * sizeof(float)) == 0 &&
+         (a.scale_inv.empty() ||
+          std::memcmp(a.scale_inv.data(), b.scale_inv.data(), a.scale_inv.size() * sizeof(float)) == 0) &&
          std::memcmp(&a.t.shape, &b.t.shape, sizeof a.t.shape) == 0 && a.t.dtype == b.t.dtype &&
          a.t.ndim == b.t.ndim;
 }

@@ -172,7 +172,7 @@ TEST_F(BadInput, SetupProducedFp8State) {
 TEST_F(BadInput, ContextFunctionsRejectOtherHandles) {
   World before = world();
   te_device d;
-  d.type = static_cast<te_device_type>(5);
+  d.type = TE_DEVICE_CUDA;
   d.index = 5;
   EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_get_device", "ctx",
                  te_context_get_device(AS_CONTEXT(recipe_.get()), &d));

@@ -82,7 +82,7 @@ TEST(Context, DefaultIsCpuHere) {
   ContextPtr owned(c);
   ASSERT_NE(c, nullptr);
   te_device d;
-  d.type = static_cast<te_device_type>(99);
+  d.type = TE_DEVICE_CUDA;  // sentinel: must become CPU
   d.index = 99;
   ASSERT_TE_OK(te_context_get_device(c, &d));
   EXPECT_EQ(d.type, TE_DEVICE_CPU);
@@ -93,7 +93,7 @@ TEST(Context, ExplicitCpu) {
   ContextPtr c = make_cpu_context();
   ASSERT_NE(c, nullptr);
   te_device d;
-  d.type = static_cast<te_device_type>(99);
+  d.type = TE_DEVICE_CUDA;  // sentinel: must become CPU
   d.index = 99;
   ASSERT_TE_OK(te_context_get_device(c.get(), &d));
   EXPECT_EQ(d.type, TE_DEVICE_CPU);
@@ -157,10 +157,10 @@ TEST(Context, SynchronizeAndDeviceNulls) {
   EXPECT_TE_OK(te_context_synchronize(c.get()));
   EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_synchronize", "ctx", te_context_synchronize(nullptr));
   te_device d;
-  d.type = static_cast<te_device_type>(42);
+  d.type = TE_DEVICE_CUDA;
   d.index = 42;
   EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_get_device", "ctx", te_context_get_device(nullptr, &d));
-  EXPECT_EQ(static_cast<int>(d.type), 42);
+  EXPECT_EQ(d.type, TE_DEVICE_CUDA);
   EXPECT_EQ(d.index, 42);
   EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_get_device", "out",
                  te_context_get_device(c.get(), nullptr));

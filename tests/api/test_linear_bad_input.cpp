@@ -16,6 +16,14 @@ constexpr te_dtype kAct = TE_DTYPE_BF16;
 
 te_linear *as_linear(te_recipe *r) { return reinterpret_cast<te_linear *>(r); }
 
+// Stores an out-of-range value into an enum field the way a C caller could, without forming
+// an out-of-range enum value in C++ (which would be undefined behaviour in the test itself).
+template <class E>
+void poke_enum(E *field, int32_t v) {
+  static_assert(sizeof(E) == sizeof(int32_t), "enums are int-sized on the platforms libte targets");
+  std::memcpy(field, &v, sizeof v);
+}
+
 class LinearBadInput : public ::testing::Test {
  protected:
   lt::CtxPtr ctx = lt::make_cpu_ctx();
@@ -131,7 +139,7 @@ TEST_F(LinearBadInput, Create) {
       {"FP8 activation dtype", "activation_dtype",
        with([](te_linear_options &m) { m.activation_dtype = TE_DTYPE_E4M3; })},
       {"unknown activation dtype", "activation_dtype",
-       with([](te_linear_options &m) { m.activation_dtype = static_cast<te_dtype>(42); })},
+       with([](te_linear_options &m) { poke_enum(&m.activation_dtype, 42); })},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);
@@ -217,7 +225,7 @@ TEST_F(LinearBadInput, ForwardWrongDtypes) {
   fa.input = &x9;
   expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
   te_tensor xd = *x.t();
-  xd.dtype = static_cast<te_dtype>(77);
+  poke_enum(&xd.dtype, 77);
   fa.input = &xd;
   expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
 }
@@ -435,9 +443,6 @@ TEST_F(LinearBadInput, GetScalingState) {
   EXPECT_TRUE(lt::IsError(te_linear_get_scaling_state(c, lin.get(), TE_ROLE_INPUT, nullptr, hist.data(), 16),
                           TE_ERROR_INVALID_ARGUMENT, "te_linear_get_scaling_state", "info"));
   EXPECT_TRUE(lt::IsError(te_linear_get_scaling_state(c, lin.get(), static_cast<te_tensor_role>(3), &info,
-                                                      hist.data(), 16),
-                          TE_ERROR_INVALID_ARGUMENT, "te_linear_get_scaling_state", "role"));
-  EXPECT_TRUE(lt::IsError(te_linear_get_scaling_state(c, lin.get(), static_cast<te_tensor_role>(-1), &info,
                                                       hist.data(), 16),
                           TE_ERROR_INVALID_ARGUMENT, "te_linear_get_scaling_state", "role"));
   EXPECT_EQ(0, std::memcmp(&info, &before, sizeof info));

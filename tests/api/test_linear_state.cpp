@@ -315,6 +315,31 @@ TEST(LinearState, MarginDividesTheScale) {
   EXPECT_EQ(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT).info.scale, (448.0f / amax_of(x)) / 8.0f);
 }
 
+// get_scaling_state writes min(history_cap, amax_history_len) floats and no more; NULL history
+// is allowed.
+TEST(LinearState, GetScalingStateRespectsHistoryCap) {
+  Fixture f;
+  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 58);
+  lt::Scope s(f.ctx.get(), f.recipe.get());
+  lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+  std::vector<float> hist(kHist + 8, -3.0f);
+  te_scaling_state_info info{};
+  info.struct_size = sizeof info;
+  ASSERT_EQ(te_linear_get_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT, &info, hist.data(), 4), TE_SUCCESS)
+      << te_last_error();
+  EXPECT_EQ(info.amax_history_len, kHist);
+  EXPECT_EQ(hist[0], amax_of(x));
+  for (size_t i = 4; i < hist.size(); ++i) EXPECT_EQ(hist[i], -3.0f) << "wrote history[" << i << "] past the cap";
+  std::fill(hist.begin(), hist.end(), -3.0f);
+  ASSERT_EQ(te_linear_get_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT, &info, hist.data(), hist.size()),
+            TE_SUCCESS)
+      << te_last_error();
+  for (size_t i = kHist; i < hist.size(); ++i) EXPECT_EQ(hist[i], -3.0f) << "wrote history[" << i << "] past the length";
+  ASSERT_EQ(te_linear_get_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT, &info, nullptr, 100), TE_SUCCESS)
+      << te_last_error();
+  EXPECT_EQ(info.scale, 1.0f);
+}
+
 // ---- save / load ----------------------------------------------------------------------------
 
 // Trains a fixture a little so every state has a non-trivial history.

@@ -849,10 +849,10 @@ TEST(DLPack, Uint8AsFp8) {
     EXPECT_EQ(t.scaling, TE_SCALING_PER_TENSOR);
   }
   DLFixture f(kDLUInt, 8);
-  for (te_dtype bad : {TE_DTYPE_F32, TE_DTYPE_BF16, static_cast<te_dtype>(9)}) {
+  for (int bad : {int(TE_DTYPE_F32), int(TE_DTYPE_BF16), 9}) {
     te_tensor t = sentinel_tensor(), before = t;
     EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_tensor_from_dlpack", "fp8_dtype",
-                   te_tensor_from_dlpack(&t, &f.m, 0, bad));
+                   te_tensor_from_dlpack(&t, &f.m, 0, static_cast<te_dtype>(bad)));
     EXPECT_EQ(std::memcmp(&t, &before, sizeof t), 0);
   }
 }

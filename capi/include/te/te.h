@@ -75,7 +75,7 @@ typedef enum te_status {
 TE_API const char *te_status_string(te_status status);
 
 /* The calling thread's message for its last failed call, e.g.
- * "te_linear_forward: argument 'input': expected dtype BF16, got F32".
+ * "te_linear_forward: argument 'args->input': expected dtype BF16, got F32".
  * "" when no call on this thread has failed yet. Successful calls do not
  * clear it. The pointer stays valid until the thread's next libte call. */
 TE_API const char *te_last_error(void);
@@ -363,7 +363,9 @@ TE_API te_status te_linear_forward_args_init(te_linear_forward_args *args);
  * storage the library owns (or of the caller's x and W when the forward ran
  * in high precision: those are referenced, not copied, and must stay alive
  * until the backward context is destroyed). Hand it to forward_save, or
- * free it with te_linear_residuals_release. */
+ * free it with te_linear_residuals_release. The caller sets struct_size =
+ * sizeof(te_linear_residuals) before the call, as for every struct the
+ * library fills (te_autocast_state, te_scaling_state_info, te_context_stats). */
 typedef struct te_linear_residuals {
   size_t struct_size;
   te_tensor input_t;   /* FP8: x^T [in, tokens] with its scale_inv; else x */
@@ -437,7 +439,7 @@ typedef struct te_scaling_state_info {
   float scale;
   float scale_inv;
   int32_t amax_history_len; /* 0 until the state is first used in FP8 */
-  te_dtype fp8_dtype;       /* of the last use */
+  te_dtype fp8_dtype;       /* of the last use; E4M3 before the first */
 } te_scaling_state_info;
 
 /* Copies one scaling state to the host (synchronises ctx). `history` may be
