@@ -49,7 +49,7 @@ LinearSaved *saved_of(te_linear_residuals *r, const char *name) {
 
 // The body of forward_compute; on success *residuals owns a new LinearSaved.
 void forward_compute(te_context *ctx, te_linear *lin, const te_linear_forward_args *args, te_tensor *y,
-                     std::unique_ptr<LinearSaved> &saved, TensorView *input_t, TensorView *weight_t) {
+                     SavedPtr &saved, TensorView *input_t, TensorView *weight_t) {
   Context *c = to_context(ctx);
   Linear *l = to_linear(lin);
   check_same_context(c, l);
@@ -110,7 +110,7 @@ TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin, cons
                                            te_tensor *y, te_linear_residuals *residuals) {
   return guarded(__func__, [&] {
     check_options(residuals, "residuals");
-    std::unique_ptr<LinearSaved> saved;
+    SavedPtr saved;
     TensorView in_t, w_t;
     forward_compute(ctx, lin, args, y, saved, &in_t, &w_t);
     residuals->input_t = to_c_tensor(in_t);
@@ -124,7 +124,7 @@ TE_API void te_linear_residuals_release(te_linear_residuals *residuals) {
   if (!residuals || !residuals->internal) return;
   auto *s = static_cast<LinearSaved *>(residuals->internal);
   if (s->magic != LinearSaved::kMagic) return;
-  delete s;
+  s->pool->release(s);
   residuals->internal = nullptr;
 }
 
@@ -137,9 +137,10 @@ TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin, te_line
     check_not_null(out, "out");
     LinearSaved *s = saved_of(residuals, "residuals");
     if (s->layer != l->core()) fail(Status::InvalidArgument, "argument 'residuals': made by another te_linear than 'lin'");
-    auto bwd = std::make_unique<LinearBackwardCtx>(std::unique_ptr<LinearSaved>(s));
+    LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);  // may throw: nothing moved yet
+    b->saved = SavedPtr(s);
     residuals->internal = nullptr;
-    *out = reinterpret_cast<te_linear_backward_ctx *>(bwd.release());
+    *out = reinterpret_cast<te_linear_backward_ctx *>(b);
   });
 }
 
@@ -147,9 +148,16 @@ TE_API te_status te_linear_forward(te_context *ctx, te_linear *lin, const te_lin
                                    te_linear_backward_ctx **out) {
   return guarded(__func__, [&] {
     check_not_null(out, "out");
-    std::unique_ptr<LinearSaved> saved;
-    forward_compute(ctx, lin, args, y, saved, nullptr, nullptr);
-    *out = reinterpret_cast<te_linear_backward_ctx *>(new LinearBackwardCtx(std::move(saved)));
+    Context *c = to_context(ctx);
+    // The backward context first: once the forward ran, nothing may fail.
+    LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);
+    try {
+      forward_compute(ctx, lin, args, y, b->saved, nullptr, nullptr);
+    } catch (...) {
+      c->linear_pool().release(b);
+      throw;
+    }
+    *out = reinterpret_cast<te_linear_backward_ctx *>(b);
   });
 }
 
@@ -166,7 +174,7 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
     LinearBackwardCtx *b = to_backward_ctx(bwd);
-    if (b->saved && &b->saved->layer->ctx != c)
+    if (b->ctx != c)
       fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
     LinearBackwardArgs a;
     if (args) {
@@ -184,8 +192,9 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
 }
 
 TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd) {
-  if (bwd && reinterpret_cast<Handle *>(bwd)->handle_kind == HandleKind::BackwardCtx)
-    delete reinterpret_cast<LinearBackwardCtx *>(bwd);
+  if (!bwd || reinterpret_cast<Handle *>(bwd)->handle_kind != HandleKind::BackwardCtx) return;
+  auto *b = reinterpret_cast<LinearBackwardCtx *>(bwd);
+  b->ctx->linear_pool().release(b);
 }
 
 TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,

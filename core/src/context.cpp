@@ -1,6 +1,7 @@
 #include "te/core/context.h"
 
 #include "te/core/check.h"
+#include "te/core/linear.h"
 
 namespace te {
 
@@ -19,7 +20,8 @@ Context::Context(const Device &device)
       device_(device),
       backend_(make_backend(device)),
       default_recipe_(RecipeRef::adopt(Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed)))),
-      autocast_(*backend_, stats_) {}
+      autocast_(*backend_, stats_),
+      linear_pool_(std::make_unique<LinearObjectPool>()) {}
 
 Context::~Context() = default;
 

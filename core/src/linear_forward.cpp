@@ -65,7 +65,7 @@ GemmArgs fprop_gemm(const TensorView &x, const TensorView &w, const TensorView &
 }  // namespace
 
 void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
-                            std::unique_ptr<LinearSaved> &saved_out, TensorView *input_t, TensorView *weight_t) {
+                            SavedPtr &saved_out, TensorView *input_t, TensorView *weight_t) {
   LinearCore &L = *lin.core();
   const LinearOptions &o = L.opts;
   validate_forward(ctx, o, args, y);
@@ -86,7 +86,7 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   TensorView y2d = make_view(y.data, y.dtype, y.device, tokens, o.out_features);
 
   // Everything that can fail for lack of memory happens before any state changes.
-  auto saved = std::make_unique<LinearSaved>();
+  SavedPtr saved = ctx.linear_pool().acquire_saved();
   saved->layer = lin.core();
   saved->tokens = tokens;
   saved->fp8 = fp8;
@@ -112,9 +112,11 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   QuantizedMatrix xq;
   xq.allocate(be, scaling_mode_for(*recipe, TensorKind::Activation), f8, tokens, o.in_features, true, true);
   const bool reuse = args.weight_unchanged && L.weight_cache && L.weight_cache->recipe_key == recipe->key();
+  // Residuals of earlier forwards may still hold the cached weight: then refresh into a new one.
+  const bool cache_shared = L.weight_cache.use_count() > 1;
   std::shared_ptr<WeightCache> wc = L.weight_cache;
   if (!reuse) {
-    if (!wc || wc.use_count() > 1 || wc->recipe_key != recipe->key()) {
+    if (!wc || cache_shared || wc->recipe_key != recipe->key()) {
       wc = std::make_shared<WeightCache>();
       wc->q.allocate(be, scaling_mode_for(*recipe, TensorKind::Weight), f8, o.out_features, o.in_features, true, true);
     }

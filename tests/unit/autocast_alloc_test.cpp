@@ -68,7 +68,7 @@ TEST(AutocastAllocation, ScopeEndWithUpdatesDoesNotAllocateAfterWarmUp) {
   Autocast &ac = ctx.autocast();
   auto step = [&](long *end_allocations) {
     uint64_t t = ac.begin(true, false, recipe, nullptr);
-    std::unique_ptr<LinearSaved> saved;
+    SavedPtr saved;
     linear_forward_compute(ctx, lin, args, yv, saved, nullptr, nullptr);
     long before = g_allocations.load();
     ac.end(t);  // one bucket update
@@ -80,6 +80,50 @@ TEST(AutocastAllocation, ScopeEndWithUpdatesDoesNotAllocateAfterWarmUp) {
   step(&allocations);
   EXPECT_EQ(allocations, 0);
   EXPECT_EQ(ctx.stats().bucket_updates, 3u);
+  recipe->release();
+}
+
+TEST(LinearAllocation, TrainingStepDoesNotAllocateAfterWarmUp) {
+  // forward + save + backward + destroy, inside a scope, with every output: after two warm-up
+  // steps the CPU backend's cache, the bucket pools and the object pools serve everything.
+  Context ctx(Device{});
+  Recipe *recipe = Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed));
+  LinearOptions o;
+  o.in_features = 32;
+  o.out_features = 16;
+  o.activation_dtype = DType::F32;
+  Linear lin(ctx, o);
+  std::vector<float> x(32 * 32, 0.5f), w(16 * 32, 0.25f), b(16, 0.1f), y(32 * 16), dy(32 * 16, 0.01f),
+      dx(32 * 32), dw(16 * 32), db(16);
+  const Device cpu{};
+  LinearForwardArgs args;
+  args.input = make_view(x.data(), DType::F32, cpu, 32, 32);
+  args.weight = make_view(w.data(), DType::F32, cpu, 16, 32);
+  args.bias = make_view(b.data(), DType::F32, cpu, 1, 16);
+  args.bias.ndim = 1;
+  args.bias.shape[0] = 16;
+  LinearBackwardArgs bargs;
+  bargs.dy = make_view(dy.data(), DType::F32, cpu, 32, 16);
+  bargs.dx = make_view(dx.data(), DType::F32, cpu, 32, 32);
+  bargs.dw = make_view(dw.data(), DType::F32, cpu, 16, 32);
+  bargs.db = args.bias;
+  bargs.db.data = db.data();
+  bargs.once = true;
+  auto step = [&] {
+    Autocast &ac = ctx.autocast();
+    uint64_t t = ac.begin(true, false, recipe, nullptr);
+    LinearBackwardCtx *bwd = ctx.linear_pool().acquire_backward_ctx(ctx);
+    linear_forward_compute(ctx, lin, args, make_view(y.data(), DType::F32, cpu, 32, 16), bwd->saved, nullptr, nullptr);
+    ac.end(t);
+    linear_backward(ctx, *bwd, bargs);
+    ctx.linear_pool().release(bwd);
+  };
+  step();
+  step();
+  long before = g_allocations.load();
+  for (int i = 0; i < 10; ++i) step();
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(ctx.stats().bucket_updates, 24u);  // a forward and a backward bucket per step
   recipe->release();
 }
 

@@ -11,6 +11,13 @@
  *    no library state changes (strong guarantee).
  *  - After a failure, te_last_error() returns the calling thread's message,
  *    naming the function, the argument, and what was expected vs. received.
+ *  - Errors any function may return, not repeated below: INVALID_ARGUMENT for
+ *    a NULL or wrong-type handle, a NULL required pointer, a struct_size
+ *    smaller than this header's struct, an out-of-range enum or boolean
+ *    (booleans are 0 or 1), or a malformed tensor (NULL data, ndim outside
+ *    1..TE_MAX_DIMS, a dimension < 1, FP8 without scale_inv, a device other
+ *    than the context's); OUT_OF_MEMORY; CUDA and CUBLAS on a GPU context whose
+ *    device fails. Each function lists the errors particular to it.
  *  - Options structs begin with `size_t struct_size` and have an _init
  *    function filling defaults; fields are only ever appended.
  *  - Enumerations are append-only with explicit values.
@@ -167,9 +174,11 @@ TE_API void te_context_destroy(te_context *ctx);
 /* The context's device. Errors: INVALID_ARGUMENT for NULLs. */
 TE_API te_status te_context_get_device(const te_context *ctx, te_device *out);
 /* Sets the stream work is enqueued on (a cudaStream_t; NULL = the legacy
- * default stream). On a CPU context only NULL is accepted. */
+ * default stream). Errors: INVALID_ARGUMENT for a non-NULL stream on a CPU
+ * context. */
 TE_API te_status te_context_set_stream(te_context *ctx, void *stream);
-/* Waits until all work enqueued by ctx has finished. */
+/* Waits until all work enqueued by ctx has finished (a no-op on the CPU,
+ * where work runs when enqueued). */
 TE_API te_status te_context_synchronize(te_context *ctx);
 
 /* Counters of the work autocast did on this context since its creation:
@@ -315,11 +324,12 @@ typedef struct te_autocast_state {
   int32_t depth;            /* open scopes */
 } te_autocast_state;
 
-/* Reports the innermost scope. out->struct_size must be set. */
+/* Reports the innermost scope. out->struct_size must be set. Never allocates. */
 TE_API te_status te_autocast_get_state(const te_context *ctx, te_autocast_state *out);
 
-/* Reduces and updates every pending backward bucket now, instead of when the
- * backward of each pass's first FP8 module completes. */
+/* Reduces and updates every pending backward bucket now, oldest pass first,
+ * instead of when the backward of each pass's first FP8 module completes.
+ * Succeeds and does nothing when none is pending. */
 TE_API te_status te_autocast_flush_backward(te_context *ctx);
 
 /* ------------------------------------------------------------------------- */
@@ -419,12 +429,16 @@ TE_API te_status te_linear_backward_args_init(te_linear_backward_args *args);
  * with identical results until the context is destroyed, unless
  * TE_BACKWARD_ONCE was given (later calls: INVALID_STATE). When this is the
  * backward of the first FP8 module of its autocast pass, the pass's backward
- * buckets are reduced and updated after it. */
+ * buckets are reduced and updated after it. Errors: INVALID_ARGUMENT (dy not
+ * [tokens, out] of the activation dtype, dx not [tokens, in], dw not
+ * [out, in] of the activation dtype or F32 with fused accumulation, db given
+ * to a layer without bias, unknown flags), INVALID_STATE. On failure the
+ * outputs, the layer's state and a TE_BACKWARD_ONCE context are unchanged. */
 TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
                                     const te_tensor *dy, te_tensor *dx, te_tensor *dw,
                                     te_tensor *db, const te_linear_backward_args *args);
 
-/* NULL is a no-op. */
+/* Frees the backward context and the residuals it owns. NULL is a no-op. */
 TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd);
 
 /* Which scaling state of a linear. */
@@ -470,10 +484,11 @@ typedef enum te_activation {
 } te_activation;
 
 /* y = act(x). x, y: F32, F16 or BF16, same dtype and device; y's shape is x's
- * (last dim halved for SwiGLU). Computed in fp32. */
+ * (last dim halved for SwiGLU). Computed in fp32. Errors: INVALID_ARGUMENT
+ * for a dtype or shape mismatch or an odd last dimension under SwiGLU. */
 TE_API te_status te_activation_forward(te_context *ctx, te_activation act, const te_tensor *x,
                                        te_tensor *y);
-/* dx = dy * act'(x), shapes as forward. */
+/* dx = dy * act'(x): dy has y's shape, dx has x's. Errors as forward. */
 TE_API te_status te_activation_backward(te_context *ctx, te_activation act, const te_tensor *x,
                                         const te_tensor *dy, te_tensor *dx);
 
@@ -497,7 +512,9 @@ TE_API te_status te_quantize_options_init(te_quantize_options *opts);
 /* out = saturate_rne(x * scale) in out->dtype (E4M3 or E5M2), with
  * out->scale_inv written (1/scale, or one per block by out->scaling). x: F32,
  * F16 or BF16 of out's shape. opts may be NULL (current scaling, epsilon 0).
- * Any shape. */
+ * Any shape. Errors: INVALID_ARGUMENT (x not F32/F16/BF16, out not FP8, shapes
+ * differ, opts->scale given with block scaling, a negative or infinite
+ * epsilon). */
 TE_API te_status te_quantize(te_context *ctx, const te_tensor *x, te_tensor *out,
                              const te_quantize_options *opts);
 
@@ -509,11 +526,12 @@ TE_API te_status te_quantize(te_context *ctx, const te_tensor *x, te_tensor *out
 TE_API te_status te_cast_transpose(te_context *ctx, const te_tensor *x, te_tensor *out,
                                    te_tensor *out_t, const te_quantize_options *opts);
 
-/* out = code * scale_inv, into F32, F16 or BF16 of x's shape. */
+/* out = code * scale_inv, into F32, F16 or BF16 of x's shape. Errors:
+ * INVALID_ARGUMENT (x not FP8, out not high precision, shapes differ). */
 TE_API te_status te_dequantize(te_context *ctx, const te_tensor *x, te_tensor *out);
 
 /* *amax = max |x| over x (NaN if x holds a NaN), written to one float on x's
- * device. */
+ * device. Errors: INVALID_ARGUMENT (x not F32/F16/BF16). */
 TE_API te_status te_amax(te_context *ctx, const te_tensor *x, float *amax);
 
 typedef enum te_epilogue {

@@ -11,6 +11,8 @@
 
 namespace te {
 
+class LinearObjectPool;
+
 class Context : public Handle {
  public:
   // Throws Unsupported when the device's backend is not available.
@@ -27,12 +29,16 @@ class Context : public Handle {
   // CUDA 0 when this build has the CUDA backend and a usable GPU, else the CPU.
   static Device default_device();
 
+  // Pooled linear residuals and backward contexts (te/core/linear.h).
+  LinearObjectPool &linear_pool() { return *linear_pool_; }
+
  private:
   Device device_;
   std::unique_ptr<Backend> backend_;
   RecipeRef default_recipe_;
   AutocastStats stats_;
   Autocast autocast_;
+  std::unique_ptr<LinearObjectPool> linear_pool_;
 };
 
 }  // namespace te

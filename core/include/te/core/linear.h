@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "te/core/context.h"
 #include "te/core/handle.h"
@@ -56,10 +57,15 @@ struct LinearForwardArgs {
   bool weight_unchanged = false;
 };
 
+class LinearObjectPool;
+
 // What forward_compute leaves for backward. Owned by the caller's residuals struct until saved.
+// Objects come from the context's LinearObjectPool and go back to it, so a training step makes
+// no heap allocation.
 struct LinearSaved {
   static constexpr uint32_t kMagic = 0x54455253u;  // "TERS": recognises foreign pointers
   uint32_t magic = kMagic;
+  LinearObjectPool *pool = nullptr;
   std::shared_ptr<LinearCore> layer;
   bool fp8 = false;
   RecipeRef recipe;
@@ -69,21 +75,44 @@ struct LinearSaved {
   std::shared_ptr<WeightCache> w;       // FP8: W^T in w->q.col
   TensorView x_hp, w_hp;                // high precision: the caller's x and W, referenced
   int64_t tokens = 0;
-  ~LinearSaved() { magic = 0; }
 };
 
-// Fills y and *saved (a new LinearSaved the caller owns); on failure nothing changed.
+// Returns a LinearSaved to its pool.
+struct SavedRecycler {
+  void operator()(LinearSaved *s) const;
+};
+using SavedPtr = std::unique_ptr<LinearSaved, SavedRecycler>;
+
+// Fills y and *saved (a LinearSaved the caller owns); on failure nothing changed.
 void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
-                            std::unique_ptr<LinearSaved> &saved, TensorView *input_t, TensorView *weight_t);
+                            SavedPtr &saved, TensorView *input_t, TensorView *weight_t);
 
 class LinearBackwardCtx : public Handle {
  public:
-  explicit LinearBackwardCtx(std::unique_ptr<LinearSaved> s)
-      : Handle(HandleKind::BackwardCtx), saved(std::move(s)) {}
-  std::unique_ptr<LinearSaved> saved;  // null once released (TE_BACKWARD_ONCE)
-  Buffer grad_scale;                   // delayed scaling: the dy scale of the first backward
+  explicit LinearBackwardCtx(Context &c) : Handle(HandleKind::BackwardCtx), ctx(&c) {}
+  Context *ctx;
+  SavedPtr saved;         // null once released (TE_BACKWARD_ONCE)
+  Buffer grad_scale;      // delayed scaling: the dy scale of the first backward
   bool grad_scale_taken = false;
 };
+
+// Per-context free lists of residual and backward-context objects. The lists grow only when
+// more objects are alive at once than ever before.
+class LinearObjectPool {
+ public:
+  ~LinearObjectPool();
+  SavedPtr acquire_saved();
+  LinearBackwardCtx *acquire_backward_ctx(Context &ctx);  // with no residuals yet
+  void release(LinearSaved *s);
+  void release(LinearBackwardCtx *b);
+
+ private:
+  std::vector<LinearSaved *> saved_;
+  std::vector<LinearBackwardCtx *> backward_;
+};
+
+LinearObjectPool &linear_pool(Context &ctx);
+
 
 struct LinearBackwardArgs {
   TensorView dy, dx, dw, db;  // data == nullptr: not requested
