@@ -5,6 +5,11 @@
 namespace te {
 namespace cpu {
 
+const Fp8DecodeTable &decode_table(DType t) {
+  static const Fp8DecodeTable e4m3(DType::E4M3), e5m2(DType::E5M2);
+  return t == DType::E4M3 ? e4m3 : e5m2;
+}
+
 void load_floats(const void *src, DType t, int64_t offset, int64_t n, float *dst) {
   if (n <= 0) return;
   switch (t) {
@@ -23,7 +28,7 @@ void load_floats(const void *src, DType t, int64_t offset, int64_t n, float *dst
     }
     case DType::E4M3:
     case DType::E5M2: {
-      const Fp8DecodeTable table(t);
+      const Fp8DecodeTable &table = decode_table(t);
       const uint8_t *s = static_cast<const uint8_t *>(src) + offset;
       for (int64_t j = 0; j < n; ++j) dst[j] = table.value[s[j]];
       return;

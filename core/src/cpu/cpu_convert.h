@@ -25,6 +25,9 @@ struct Fp8DecodeTable {
   }
 };
 
+// The table of t (E4M3 or E5M2), built once: immutable constant data, not state.
+const Fp8DecodeTable &decode_table(DType t);
+
 // max(a, b) that propagates NaN from either side: an amax must report a NaN it has seen.
 inline float nan_max(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return NAN;
@@ -32,13 +35,28 @@ inline float nan_max(float a, float b) {
 }
 
 // Max |x_i| over n floats, NaN if any is NaN.
+// Eight independent lanes, so the compiler vectorises without reordering anything.
 inline float abs_max(const float *x, int64_t n) {
-  float m = 0.0f;
-  bool saw_nan = false;
-  for (int64_t i = 0; i < n; ++i) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int nan_lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float a = std::fabs(x[i + j]);
+      nan_lane[j] |= (a != a);
+      lane[j] = a > lane[j] ? a : lane[j];
+    }
+  }
+  for (; i < n; ++i) {
     const float a = std::fabs(x[i]);
-    saw_nan |= (a != a);
-    m = a > m ? a : m;
+    nan_lane[0] |= (a != a);
+    lane[0] = a > lane[0] ? a : lane[0];
+  }
+  float m = 0.0f;
+  int saw_nan = 0;
+  for (int j = 0; j < 8; ++j) {
+    m = lane[j] > m ? lane[j] : m;
+    saw_nan |= nan_lane[j];
   }
   return saw_nan ? NAN : m;
 }

@@ -166,7 +166,7 @@ void CpuBackend::block_quantize(const TensorView &x, ScalingMode mode, bool powe
 void CpuBackend::dequantize(const TensorView &x, const TensorView &out) {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t col_blocks = blocks_of(cols);
-  const cpu::Fp8DecodeTable table(x.dtype);
+  const cpu::Fp8DecodeTable &table = cpu::decode_table(x.dtype);
   const uint8_t *codes = static_cast<const uint8_t *>(x.data);
   Buffer row_floats(this, static_cast<size_t>(cols) * sizeof(float));
   float *row = row_floats.floats();
