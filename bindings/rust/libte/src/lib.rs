@@ -1,0 +1,145 @@
+//! Safe Rust bindings to **libte**, an FP8 training runtime in the style of NVIDIA
+//! TransformerEngine behind a stable C ABI (`te/te.h`); the raw bindings are `libte-sys`.
+//!
+//! * [`Context`]: one device, one stream, one autocast stack. `Send`, not `Sync`.
+//! * [`Recipe`]: an immutable, reference-counted FP8 recipe (delayed, current or block
+//!   scaling). `Send + Sync`; `Clone` is a cheap reference.
+//! * [`Autocast`]: an FP8 autocast scope; begins in `new`, ends in `Drop`. It borrows the
+//!   context mutably, so scopes nest correctly by construction.
+//! * [`Linear`]: an FP8 linear layer's state; `forward_compute` / `forward_save` / `forward`
+//!   give a [`BackwardCtx`] to run `backward` with.
+//! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`] or
+//!   [`Bf16`] (or FP8 codes with their scale_inv).
+//! * Every fallible call returns [`Result`]; an [`Error`] carries the [`Status`] and the
+//!   message libte gave (`te_last_error()`, copied right after the failing call).
+//!
+//! ```no_run
+//! use libte::*;
+//!
+//! let mut ctx = Context::cpu()?;
+//! let recipe = Recipe::new(&RecipeOptions {
+//!     amax_history_len: 16,
+//!     ..RecipeOptions::new(RecipeKind::DelayedScaling)
+//! })?;
+//! let mut fc = Linear::new(&ctx, &LinearOptions {
+//!     activation_dtype: DType::F32,
+//!     ..LinearOptions::new(64, 32)
+//! })?;
+//! let (x, w, b) = (vec![0.5f32; 32 * 64], vec![0.01f32; 32 * 64], vec![0.0f32; 32]);
+//! let mut y = vec![0.0f32; 32 * 32];
+//! let args = ForwardArgs::new(
+//!     TensorView::from_slice(&x, &[32, 64])?,
+//!     TensorView::from_slice(&w, &[32, 64])?,
+//! )
+//! .bias(TensorView::from_slice(&b, &[32])?);
+//! let mut bwd = {
+//!     let fp8 = Autocast::new(&mut ctx, &AutocastOptions::fp8(&recipe))?;
+//!     fc.forward(&fp8, &args, &mut TensorViewMut::from_slice(&mut y, &[32, 32])?)?
+//! }; // the scope ends: forward scales are updated
+//! let dy = vec![1.0f32 / 1024.0; 32 * 32];
+//! let (mut dx, mut dw, mut db) = (vec![0.0f32; 32 * 64], vec![0.0f32; 32 * 64], vec![0.0f32; 32]);
+//! bwd.backward(
+//!     &ctx,
+//!     &TensorView::from_slice(&dy, &[32, 32])?,
+//!     Some(&mut TensorViewMut::from_slice(&mut dx, &[32, 64])?),
+//!     Some(&mut TensorViewMut::from_slice(&mut dw, &[32, 64])?),
+//!     Some(&mut TensorViewMut::from_slice(&mut db, &[32])?),
+//! )?;
+//! # Ok::<(), libte::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod autocast;
+mod context;
+mod error;
+mod half;
+mod linear;
+mod recipe;
+mod tensor;
+
+pub use libte_sys as sys;
+
+pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
+pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
+pub use crate::error::{Error, Result, Status};
+pub use crate::half::{Bf16, F16};
+pub use crate::linear::{
+    BackwardCtx, ForwardArgs, Linear, LinearOptions, Residuals, ScalingStateInfo, TensorRole,
+};
+pub use crate::recipe::{AmaxAlgo, Format, Recipe, RecipeKind, RecipeOptions};
+pub use crate::tensor::{DType, Element, ScalingMode, TensorView, TensorViewMut, MAX_DIMS};
+
+/// The loaded library's version, encoded as `MAJOR * 10000 + MINOR * 100 + PATCH`.
+pub fn version() -> u32 {
+    unsafe { sys::te_version() }
+}
+
+/// The loaded library's version, "MAJOR.MINOR.PATCH".
+pub fn version_string() -> &'static str {
+    // Static storage (te.h).
+    unsafe { std::ffi::CStr::from_ptr(sys::te_version_string()) }
+        .to_str()
+        .unwrap_or("")
+}
+
+/// The version of the header these bindings were generated from.
+pub const HEADER_VERSION: u32 = sys::TE_VERSION_NUMBER;
+
+/// What the type system rules out, as `compile_fail` doctests.
+///
+/// A context is not `Sync` (one thread at a time):
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::Context>();
+/// ```
+/// Nor are layers and backward contexts:
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::Linear>();
+/// ```
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::BackwardCtx<'static>>();
+/// ```
+/// While a scope is open, the context cannot open a sibling scope (only `nested` can):
+/// ```compile_fail
+/// # use libte::*;
+/// let mut ctx = Context::cpu().unwrap();
+/// let outer = Autocast::new(&mut ctx, &AutocastOptions::default()).unwrap();
+/// let sibling = Autocast::new(&mut ctx, &AutocastOptions::default()).unwrap();
+/// drop(outer); // would end the outer scope before the inner one
+/// drop(sibling);
+/// ```
+/// An outer scope cannot end while an inner one is open:
+/// ```compile_fail
+/// # use libte::*;
+/// let mut ctx = Context::cpu().unwrap();
+/// let mut outer = Autocast::new(&mut ctx, &AutocastOptions::default()).unwrap();
+/// let inner = outer.nested(&AutocastOptions::default()).unwrap();
+/// outer.end().unwrap();
+/// drop(inner);
+/// ```
+/// A backward context borrows the forward's inputs (a high-precision forward references x and
+/// W instead of copying them), so they cannot be freed or changed before it is dropped:
+/// ```compile_fail
+/// # use libte::*;
+/// let ctx = Context::cpu().unwrap();
+/// let mut fc = Linear::new(&ctx, &LinearOptions { activation_dtype: DType::F32, bias: false,
+///     ..LinearOptions::new(16, 16) }).unwrap();
+/// let mut x = vec![0.0f32; 256];
+/// let w = vec![0.0f32; 256];
+/// let mut y = vec![0.0f32; 256];
+/// let args = ForwardArgs::new(TensorView::from_slice(&x, &[16, 16]).unwrap(),
+///     TensorView::from_slice(&w, &[16, 16]).unwrap());
+/// let bwd = fc.forward(&ctx, &args, &mut TensorViewMut::from_slice(&mut y, &[16, 16]).unwrap());
+/// x[0] = 1.0;
+/// drop(bwd);
+/// ```
+#[doc(hidden)]
+pub mod compile_checks {}
+
+/// The README's Rust example, compiled and run as a doctest so that it stays correct.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
