@@ -3,7 +3,9 @@
 #   1. installs what this machine lacks (scripts/install_deps.sh);
 #   2. `release` preset: build everything, run every ctest suite (unit, api, header, install,
 #      docs, bench smoke, and whatever else registers itself);
-#   3. `asan` preset: the same build under AddressSanitizer + UndefinedBehaviorSanitizer, and
+#   3. the bindings' suites (scripts/test_python.sh, test_rust.sh, test_julia.sh) against the
+#      release build;
+#   4. `asan` preset: the same build under AddressSanitizer + UndefinedBehaviorSanitizer, and
 #      ctest again. No test is excluded: the install test builds its consumer with the same
 #      sanitizer flags, so every suite runs instrumented.
 # Both passes run even when the first fails, so one run shows everything; the exit status is
@@ -30,8 +32,20 @@ run_preset() {  # preset
   fi
 }
 
+# The bindings' suites run against the release build (each script says what it checks).
+run_binding() {  # language
+  local lang="$1"
+  echo "==== [bindings] $lang"
+  if ! bash "scripts/test_$lang.sh"; then
+    failed+=("bindings: $lang")
+  fi
+}
+
 start=$SECONDS
 run_preset release
+for lang in python rust julia; do
+  if [[ -f "scripts/test_$lang.sh" ]]; then run_binding "$lang"; fi
+done
 run_preset asan
 elapsed=$((SECONDS - start))
 

@@ -1,0 +1,46 @@
+"""libte: FP8 training from Python, over libte's C ABI.
+
+    import numpy as np, libte
+    with libte.Context("cpu") as ctx:
+        layer = libte.Linear(ctx, 64, 32)
+        with libte.autocast(ctx, recipe=libte.Recipe(kind="delayed")):
+            y, bwd = layer.forward(x, w, b)
+        dx, dw, db = bwd.backward(dy)
+
+The low-level calls go through the SWIG extension (libte._te_swig) when it is built, else
+ctypes; LIBTE_BACKEND=ctypes|swig forces one. `libte.BACKEND` says which is in use.
+"""
+
+from . import _constants as constants
+from ._loader import path as library_path
+from ._lowlevel import BACKEND, ll as _ll
+from .autocast import AutocastState, autocast
+from .context import Context, ContextStats
+from .errors import (CublasError, CudaError, Error, InternalError, InvalidArgument,
+                     InvalidState, NcclError, OutOfMemory, Unsupported)
+from .group import Group
+from .linear import BackwardContext, Linear, Residuals, ScalingState
+from .ops import (activation_backward, activation_forward, amax, cast_transpose, dequantize,
+                  gemm, quantize)
+from .recipe import Recipe
+from .tensor import Float8Tensor
+
+__version__ = "0.1.0"
+
+
+def version():
+    """The loaded C library's version string ("MAJOR.MINOR.PATCH")."""
+    return _ll.version_string()
+
+
+def last_error():
+    """te_last_error(): this thread's message for its last failed C call."""
+    return _ll.last_error()
+
+
+__all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
+           "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "InternalError",
+           "InvalidArgument", "InvalidState", "Linear", "NcclError", "OutOfMemory", "Recipe",
+           "Residuals", "ScalingState", "Unsupported", "activation_backward",
+           "activation_forward", "amax", "autocast", "cast_transpose", "constants",
+           "dequantize", "gemm", "last_error", "library_path", "quantize", "version"]

@@ -1,0 +1,74 @@
+"""The C header's enumerations and limits, with the names Python callers use for them.
+
+Values are te.h's (append-only there); only this module spells them out.
+"""
+
+# te_status
+SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_INVALID_STATE = 2
+ERROR_UNSUPPORTED = 3
+ERROR_OUT_OF_MEMORY = 4
+ERROR_CUDA = 5
+ERROR_CUBLAS = 6
+ERROR_NCCL = 7
+ERROR_INTERNAL = 8
+
+# te_device_type
+DEVICE_CPU = 0
+DEVICE_CUDA = 1
+
+# te_dtype
+DTYPE_F32 = 0
+DTYPE_F16 = 1
+DTYPE_BF16 = 2
+DTYPE_E4M3 = 3
+DTYPE_E5M2 = 4
+FP8_DTYPES = (DTYPE_E4M3, DTYPE_E5M2)
+DTYPE_NAMES = {DTYPE_F32: "float32", DTYPE_F16: "float16", DTYPE_BF16: "bfloat16",
+               DTYPE_E4M3: "float8_e4m3fn", DTYPE_E5M2: "float8_e5m2"}
+DTYPE_ITEMSIZE = {DTYPE_F32: 4, DTYPE_F16: 2, DTYPE_BF16: 2, DTYPE_E4M3: 1, DTYPE_E5M2: 1}
+
+# te_scaling_mode
+SCALING_PER_TENSOR = 0
+SCALING_BLOCK_1X128 = 1
+SCALING_BLOCK_128X128 = 2
+
+MAX_DIMS = 8
+AUTOCAST_MAX_DEPTH = 64
+
+# te_recipe_kind
+RECIPE_DELAYED = 0
+RECIPE_CURRENT = 1
+RECIPE_BLOCK = 2
+
+# te_format
+FORMAT_HYBRID = 0
+FORMAT_E4M3 = 1
+
+# te_amax_algo
+AMAX_MAX = 0
+AMAX_MOST_RECENT = 1
+
+# te_tensor_role
+ROLE_INPUT = 0
+ROLE_WEIGHT = 1
+ROLE_GRAD_OUTPUT = 2
+
+# te_activation
+ACTIVATION_RELU = 0
+ACTIVATION_GELU = 1
+ACTIVATION_SWIGLU = 2
+
+# te_epilogue
+EPILOGUE_NONE = 0
+EPILOGUE_BIAS = 1
+EPILOGUE_GELU = 2
+EPILOGUE_BIAS_GELU = 3
+
+BACKWARD_ONCE = 1
+
+# The fields of te_recipe_options after struct_size, in header order.
+RECIPE_FIELDS = ("kind", "format", "margin", "amax_history_len", "amax_algo", "reduce_amax",
+                 "power_of_2_scales", "amax_epsilon", "fprop_split_accumulator",
+                 "dgrad_split_accumulator", "wgrad_split_accumulator")

@@ -1,0 +1,618 @@
+"""The low-level interface over ctypes: one Python function per C call, no policy.
+
+Both backends (this one and _lowlevel_swig) expose the same functions with the same arguments,
+results and errors; libte's public classes are written against that interface only (see
+_lowlevel.py). Conventions shared with the SWIG backend:
+
+- a handle is an opaque object (here an int address, never 0); None is NULL;
+- a tensor is a TensorDesc tuple (data, dtype, shape, device_type, device_index, scale_inv,
+  scaling), every pointer an int; None is a NULL tensor;
+- a failed call raises errors.error_for_status(status, te_last_error()).
+
+Speed: every function pointer gets argtypes/restype once at import; pointer arguments are passed
+as ints through c_void_p; te_tensor and options structs on the per-call path are packed into
+per-thread scratch buffers instead of being allocated per call.
+"""
+
+import ctypes
+import struct
+import threading
+from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+
+from . import _constants as C
+from ._loader import load
+from .errors import error_for_status
+
+NAME = "ctypes"
+
+_lib = load()
+
+
+# ---- structs (layouts checked against sizeof() in the tests through the SWIG module) ----------
+
+class te_device(Structure):
+    _fields_ = [("type", c_int), ("index", c_int32)]
+
+
+class te_tensor(Structure):
+    _fields_ = [("data", c_void_p), ("dtype", c_int), ("ndim", c_int32),
+                ("shape", c_int64 * C.MAX_DIMS), ("device", te_device),
+                ("scale_inv", c_void_p), ("scaling", c_int)]
+
+
+class te_context_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("use_default_device", c_int32), ("device", te_device)]
+
+
+class te_context_stats(Structure):
+    _fields_ = [("struct_size", c_size_t), ("scopes_closed", c_uint64),
+                ("bucket_updates", c_uint64), ("amax_reductions", c_uint64),
+                ("states_updated", c_uint64)]
+
+
+class te_recipe_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("format", c_int),
+                ("margin", c_int32), ("amax_history_len", c_int32), ("amax_algo", c_int),
+                ("reduce_amax", c_int32), ("power_of_2_scales", c_int32),
+                ("amax_epsilon", c_float), ("fprop_split_accumulator", c_int32),
+                ("dgrad_split_accumulator", c_int32), ("wgrad_split_accumulator", c_int32)]
+
+
+class te_autocast_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("enabled", c_int32), ("calibrating", c_int32),
+                ("recipe", c_void_p), ("group", c_void_p)]
+
+
+class te_autocast_state(Structure):
+    _fields_ = [("struct_size", c_size_t), ("enabled", c_int32), ("calibrating", c_int32),
+                ("recipe", c_void_p), ("depth", c_int32)]
+
+
+class te_linear_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("in_features", c_int64), ("out_features", c_int64),
+                ("bias", c_int32), ("activation_dtype", c_int),
+                ("fuse_wgrad_accumulation", c_int32)]
+
+
+class te_linear_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input", c_void_p), ("weight", c_void_p),
+                ("bias", c_void_p), ("weight_unchanged", c_int32)]
+
+
+class te_linear_residuals(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input_t", te_tensor), ("weight_t", te_tensor),
+                ("fp8", c_int32), ("internal", c_void_p)]
+
+
+class te_linear_backward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("flags", c_uint32)]
+
+
+class te_scaling_state_info(Structure):
+    _fields_ = [("struct_size", c_size_t), ("scale", c_float), ("scale_inv", c_float),
+                ("amax_history_len", c_int32), ("fp8_dtype", c_int)]
+
+
+class te_quantize_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("scale", c_void_p), ("amax", c_void_p),
+                ("amax_epsilon", c_float), ("power_of_2_scales", c_int32)]
+
+
+class te_gemm_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("transa", c_int32), ("transb", c_int32),
+                ("epilogue", c_int), ("bias", c_void_p), ("gelu_input", c_void_p),
+                ("accumulate", c_int32), ("use_split_accumulator", c_int32)]
+
+
+SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
+    te_tensor, te_context_options, te_context_stats, te_recipe_options, te_autocast_options,
+    te_autocast_state, te_linear_options, te_linear_forward_args, te_linear_residuals,
+    te_linear_backward_args, te_scaling_state_info, te_quantize_options, te_gemm_options)}
+
+
+# ---- function prototypes ---------------------------------------------------------------------
+
+def _fn(name, restype, *argtypes):
+    f = getattr(_lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+_P = c_void_p
+_S = c_int  # te_status
+_version = _fn("te_version", ctypes.c_uint)
+_version_string = _fn("te_version_string", c_char_p)
+_status_string = _fn("te_status_string", c_char_p, c_int)
+_last_error = _fn("te_last_error", c_char_p)
+_scale_inv_count = _fn("te_tensor_scale_inv_count", _S, _P, _P)
+_from_dlpack = _fn("te_tensor_from_dlpack", _S, _P, _P, c_int, c_int)
+_context_options_init = _fn("te_context_options_init", _S, _P)
+_context_create = _fn("te_context_create", _S, _P, _P)
+_context_destroy = _fn("te_context_destroy", None, _P)
+_context_get_device = _fn("te_context_get_device", _S, _P, _P)
+_context_set_stream = _fn("te_context_set_stream", _S, _P, _P)
+_context_synchronize = _fn("te_context_synchronize", _S, _P)
+_context_get_stats = _fn("te_context_get_stats", _S, _P, _P)
+_recipe_options_init = _fn("te_recipe_options_init", _S, _P, c_int)
+_recipe_create = _fn("te_recipe_create", _S, _P, _P)
+_recipe_retain = _fn("te_recipe_retain", _P, _P)
+_recipe_release = _fn("te_recipe_release", None, _P)
+_recipe_key = _fn("te_recipe_key", c_uint64, _P)
+_recipe_describe = _fn("te_recipe_describe", c_char_p, _P)
+_recipe_get_options = _fn("te_recipe_get_options", _S, _P, _P)
+_group_create_single = _fn("te_group_create_single", _S, _P)
+_group_destroy = _fn("te_group_destroy", None, _P)
+_group_id = _fn("te_group_id", c_uint64, _P)
+_group_rank = _fn("te_group_rank", c_int32, _P)
+_group_size = _fn("te_group_size", c_int32, _P)
+_autocast_options_init = _fn("te_autocast_options_init", _S, _P)
+_autocast_begin = _fn("te_autocast_begin", _S, _P, _P, _P)
+_autocast_end = _fn("te_autocast_end", _S, _P, c_uint64)
+_autocast_get_state = _fn("te_autocast_get_state", _S, _P, _P)
+_autocast_flush_backward = _fn("te_autocast_flush_backward", _S, _P)
+_linear_options_init = _fn("te_linear_options_init", _S, _P)
+_linear_create = _fn("te_linear_create", _S, _P, _P, _P)
+_linear_destroy = _fn("te_linear_destroy", None, _P)
+_linear_forward_compute = _fn("te_linear_forward_compute", _S, _P, _P, _P, _P, _P)
+_linear_residuals_release = _fn("te_linear_residuals_release", None, _P)
+_linear_forward_save = _fn("te_linear_forward_save", _S, _P, _P, _P, _P)
+_linear_forward = _fn("te_linear_forward", _S, _P, _P, _P, _P, _P)
+_linear_backward = _fn("te_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
+_linear_backward_ctx_destroy = _fn("te_linear_backward_ctx_destroy", None, _P)
+_linear_get_scaling_state = _fn("te_linear_get_scaling_state", _S, _P, _P, c_int, _P, _P,
+                                c_size_t)
+_linear_state_save = _fn("te_linear_state_save", _S, _P, _P, _P, c_size_t, POINTER(c_size_t))
+_linear_state_load = _fn("te_linear_state_load", _S, _P, _P, _P, c_size_t)
+_activation_forward = _fn("te_activation_forward", _S, _P, c_int, _P, _P)
+_activation_backward = _fn("te_activation_backward", _S, _P, c_int, _P, _P, _P)
+_quantize = _fn("te_quantize", _S, _P, _P, _P, _P)
+_cast_transpose = _fn("te_cast_transpose", _S, _P, _P, _P, _P, _P)
+_dequantize = _fn("te_dequantize", _S, _P, _P, _P)
+_amax = _fn("te_amax", _S, _P, _P, _P)
+_gemm = _fn("te_gemm", _S, _P, _P, _P, _P, _P)
+
+
+def _raise(status):
+    raise error_for_status(status, _last_error().decode("utf-8", "replace"))
+
+
+# ---- per-thread scratch: te_tensor structs and argument structs reused call after call --------
+
+# '@' = native sizes and alignment: exactly te_tensor's layout (data, dtype, ndim, shape[8],
+# device {type, index}, scale_inv, scaling).
+_TENSOR = struct.Struct("@Pii8qiiPi")
+_PAD = tuple((0,) * (C.MAX_DIMS - n) for n in range(C.MAX_DIMS + 1))
+_N_TENSORS = 6
+
+
+class _Scratch(threading.local):
+    def __init__(self):
+        self.tensors = [te_tensor() for _ in range(_N_TENSORS)]
+        self.addrs = [ctypes.addressof(t) for t in self.tensors]
+        self.fwd = te_linear_forward_args(ctypes.sizeof(te_linear_forward_args))
+        self.fwd_addr = ctypes.addressof(self.fwd)
+        self.qopts = te_quantize_options(ctypes.sizeof(te_quantize_options))
+        self.gopts = te_gemm_options(ctypes.sizeof(te_gemm_options))
+
+
+_scratch = _Scratch()
+
+
+def _tensor(slot, desc):
+    """Packs desc into this thread's scratch te_tensor `slot`; its address, or None for None."""
+    if desc is None:
+        return None
+    data, dtype, shape, device_type, device_index, scale_inv, scaling = desc
+    s = _scratch
+    _TENSOR.pack_into(s.tensors[slot], 0, data or 0, dtype, len(shape), *shape,
+                      *_PAD[len(shape)], device_type, device_index, scale_inv or 0, scaling)
+    return s.addrs[slot]
+
+
+def _desc(t):
+    """te_tensor -> TensorDesc."""
+    n = t.ndim if 0 < t.ndim <= C.MAX_DIMS else 0
+    return (t.data or 0, t.dtype, tuple(t.shape[:n]), t.device.type, t.device.index,
+            t.scale_inv or 0, t.scaling)
+
+
+# ---- versions and errors -----------------------------------------------------------------------
+
+def version():
+    return _version()
+
+
+def version_string():
+    return _version_string().decode()
+
+
+def status_string(status):
+    return _status_string(status).decode()
+
+
+def last_error():
+    return _last_error().decode("utf-8", "replace")
+
+
+# ---- tensors -----------------------------------------------------------------------------------
+
+def tensor_scale_inv_count(dtype, shape, scaling):
+    count = c_int64()
+    st = _scale_inv_count(byref(count), _tensor(0, (1, dtype, shape, 0, 0, 1, scaling)))
+    if st:
+        _raise(st)
+    return count.value
+
+
+def tensor_from_dlpack(managed_ptr, versioned, fp8_dtype):
+    """TensorDesc of a DLManagedTensor(Versioned) at address managed_ptr."""
+    out = te_tensor()
+    st = _from_dlpack(byref(out), managed_ptr, 1 if versioned else 0, fp8_dtype)
+    if st:
+        _raise(st)
+    return _desc(out)
+
+
+# ---- context -----------------------------------------------------------------------------------
+
+def context_create(device):
+    """device: None for the default device, else (device_type, index)."""
+    opts = te_context_options()
+    st = _context_options_init(byref(opts))
+    if st:
+        _raise(st)
+    if device is not None:
+        opts.use_default_device = 0
+        opts.device.type, opts.device.index = device
+    h = c_void_p()
+    st = _context_create(byref(h), byref(opts))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def context_destroy(ctx):
+    _context_destroy(ctx)
+
+
+def context_get_device(ctx):
+    d = te_device()
+    st = _context_get_device(ctx, byref(d))
+    if st:
+        _raise(st)
+    return d.type, d.index
+
+
+def context_set_stream(ctx, stream):
+    st = _context_set_stream(ctx, stream or None)
+    if st:
+        _raise(st)
+
+
+def context_synchronize(ctx):
+    st = _context_synchronize(ctx)
+    if st:
+        _raise(st)
+
+
+def context_get_stats(ctx):
+    """(scopes_closed, bucket_updates, amax_reductions, states_updated)."""
+    s = te_context_stats(ctypes.sizeof(te_context_stats))
+    st = _context_get_stats(ctx, byref(s))
+    if st:
+        _raise(st)
+    return s.scopes_closed, s.bucket_updates, s.amax_reductions, s.states_updated
+
+
+# ---- recipes -----------------------------------------------------------------------------------
+
+def _recipe_dict(o):
+    return {name: getattr(o, name) for name in C.RECIPE_FIELDS}
+
+
+def recipe_defaults(kind):
+    """te_recipe_options_init(kind) as a dict of C.RECIPE_FIELDS."""
+    o = te_recipe_options()
+    st = _recipe_options_init(byref(o), kind)
+    if st:
+        _raise(st)
+    return _recipe_dict(o)
+
+
+def recipe_create(fields):
+    """A new recipe (refcount 1) from a dict of C.RECIPE_FIELDS."""
+    o = te_recipe_options(ctypes.sizeof(te_recipe_options))
+    for name in C.RECIPE_FIELDS:
+        setattr(o, name, fields[name])
+    h = c_void_p()
+    st = _recipe_create(byref(h), byref(o))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def recipe_retain(r):
+    _recipe_retain(r)
+
+
+def recipe_release(r):
+    _recipe_release(r)
+
+
+def recipe_key(r):
+    return _recipe_key(r)
+
+
+def recipe_describe(r):
+    return _recipe_describe(r).decode()
+
+
+def recipe_get_options(r):
+    o = te_recipe_options(ctypes.sizeof(te_recipe_options))
+    st = _recipe_get_options(r, byref(o))
+    if st:
+        _raise(st)
+    return _recipe_dict(o)
+
+
+# ---- groups ------------------------------------------------------------------------------------
+
+def group_create_single():
+    h = c_void_p()
+    st = _group_create_single(byref(h))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def group_destroy(g):
+    _group_destroy(g)
+
+
+def group_id(g):
+    return _group_id(g)
+
+
+def group_rank(g):
+    return _group_rank(g)
+
+
+def group_size(g):
+    return _group_size(g)
+
+
+# ---- autocast: the hot path ----------------------------------------------------------------------
+
+class AutocastOptions:
+    """A prebuilt te_autocast_options plus the token slot its begin calls write: one object per
+    libte.autocast, so begin/end allocate nothing."""
+
+    __slots__ = ("opts", "addr", "token", "token_addr")
+
+    def __init__(self, enabled, calibrating, recipe, group):
+        o = te_autocast_options()
+        st = _autocast_options_init(byref(o))
+        if st:
+            _raise(st)
+        o.enabled = 1 if enabled else 0
+        o.calibrating = 1 if calibrating else 0
+        o.recipe = recipe
+        o.group = group
+        self.opts = o
+        self.addr = ctypes.addressof(o)
+        self.token = c_uint64()
+        self.token_addr = ctypes.addressof(self.token)
+
+
+def autocast_options(enabled, calibrating, recipe, group):
+    return AutocastOptions(enabled, calibrating, recipe, group)
+
+
+def autocast_begin(ctx, opts):
+    st = _autocast_begin(ctx, opts.addr, opts.token_addr)
+    if st:
+        _raise(st)
+    return opts.token.value
+
+
+def autocast_end(ctx, token):
+    st = _autocast_end(ctx, token)
+    if st:
+        _raise(st)
+
+
+def autocast_get_state(ctx):
+    """(enabled, calibrating, depth, recipe key or 0, recipe description or '')."""
+    s = te_autocast_state(ctypes.sizeof(te_autocast_state))
+    st = _autocast_get_state(ctx, byref(s))
+    if st:
+        _raise(st)
+    return (s.enabled, s.calibrating, s.depth, _recipe_key(s.recipe),
+            _recipe_describe(s.recipe).decode())
+
+
+def autocast_flush_backward(ctx):
+    st = _autocast_flush_backward(ctx)
+    if st:
+        _raise(st)
+
+
+# ---- linear ------------------------------------------------------------------------------------
+
+def linear_create(ctx, in_features, out_features, bias, dtype, fuse_wgrad_accumulation):
+    o = te_linear_options()
+    st = _linear_options_init(byref(o))
+    if st:
+        _raise(st)
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    h = c_void_p()
+    st = _linear_create(byref(h), ctx, byref(o))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def linear_destroy(lin):
+    _linear_destroy(lin)
+
+
+def _forward_args(x, w, b, weight_unchanged):
+    s = _scratch
+    f = s.fwd
+    f.input = _tensor(0, x)
+    f.weight = _tensor(1, w)
+    f.bias = _tensor(2, b)
+    f.weight_unchanged = 1 if weight_unchanged else 0
+    return s.fwd_addr
+
+
+def linear_forward_compute(ctx, lin, x, w, b, weight_unchanged, y):
+    """Runs forward_compute; returns the filled residuals (an opaque object for
+    residuals_tensors / residuals_release / linear_forward_save)."""
+    res = te_linear_residuals(ctypes.sizeof(te_linear_residuals))
+    st = _linear_forward_compute(ctx, lin, _forward_args(x, w, b, weight_unchanged),
+                                 _tensor(3, y), byref(res))
+    if st:
+        _raise(st)
+    return res
+
+
+def residuals_tensors(res):
+    """(input_t TensorDesc, weight_t TensorDesc, fp8 flag)."""
+    return _desc(res.input_t), _desc(res.weight_t), bool(res.fp8)
+
+
+def residuals_release(res):
+    _linear_residuals_release(byref(res))
+
+
+def linear_forward_save(ctx, lin, res):
+    h = c_void_p()
+    st = _linear_forward_save(ctx, lin, byref(res), byref(h))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def linear_forward(ctx, lin, x, w, b, weight_unchanged, y):
+    h = c_void_p()
+    st = _linear_forward(ctx, lin, _forward_args(x, w, b, weight_unchanged), _tensor(3, y),
+                         byref(h))
+    if st:
+        _raise(st)
+    return h.value
+
+
+_BACKWARD_ARGS = (te_linear_backward_args(ctypes.sizeof(te_linear_backward_args), 0),
+                  te_linear_backward_args(ctypes.sizeof(te_linear_backward_args),
+                                          C.BACKWARD_ONCE))
+_BACKWARD_ADDRS = tuple(ctypes.addressof(a) for a in _BACKWARD_ARGS)
+
+
+def linear_backward(ctx, bwd, dy, dx, dw, db, once):
+    st = _linear_backward(ctx, bwd, _tensor(0, dy), _tensor(1, dx), _tensor(2, dw),
+                          _tensor(3, db), _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def linear_backward_ctx_destroy(bwd):
+    _linear_backward_ctx_destroy(bwd)
+
+
+def linear_get_scaling_state(ctx, lin, role, history_cap):
+    """(scale, scale_inv, amax_history_len, fp8_dtype, history floats as a list)."""
+    info = te_scaling_state_info(ctypes.sizeof(te_scaling_state_info))
+    history = (c_float * max(history_cap, 1))()
+    st = _linear_get_scaling_state(ctx, lin, role, byref(info), history, history_cap)
+    if st:
+        _raise(st)
+    n = min(history_cap, info.amax_history_len)
+    return info.scale, info.scale_inv, info.amax_history_len, info.fp8_dtype, list(history[:n])
+
+
+def linear_state_save(ctx, lin):
+    size = c_size_t()
+    st = _linear_state_save(ctx, lin, None, 0, byref(size))
+    if st:
+        _raise(st)
+    buf = ctypes.create_string_buffer(size.value)
+    st = _linear_state_save(ctx, lin, buf, size.value, byref(size))
+    if st:
+        _raise(st)
+    return buf.raw[:size.value]
+
+
+def linear_state_load(ctx, lin, data):
+    st = _linear_state_load(ctx, lin, data, len(data))
+    if st:
+        _raise(st)
+
+
+# ---- activations and primitives ----------------------------------------------------------------
+
+def activation_forward(ctx, act, x, y):
+    st = _activation_forward(ctx, act, _tensor(0, x), _tensor(1, y))
+    if st:
+        _raise(st)
+
+
+def activation_backward(ctx, act, x, dy, dx):
+    st = _activation_backward(ctx, act, _tensor(0, x), _tensor(1, dy), _tensor(2, dx))
+    if st:
+        _raise(st)
+
+
+def _quantize_options(scale, amax, amax_epsilon, power_of_2_scales):
+    q = _scratch.qopts
+    q.scale = scale or None
+    q.amax = amax or None
+    q.amax_epsilon = amax_epsilon
+    q.power_of_2_scales = 1 if power_of_2_scales else 0
+    return byref(q)
+
+
+def quantize(ctx, x, out, scale, amax, amax_epsilon, power_of_2_scales):
+    st = _quantize(ctx, _tensor(0, x), _tensor(1, out),
+                   _quantize_options(scale, amax, amax_epsilon, power_of_2_scales))
+    if st:
+        _raise(st)
+
+
+def cast_transpose(ctx, x, out, out_t, scale, amax, amax_epsilon, power_of_2_scales):
+    st = _cast_transpose(ctx, _tensor(0, x), _tensor(1, out), _tensor(2, out_t),
+                         _quantize_options(scale, amax, amax_epsilon, power_of_2_scales))
+    if st:
+        _raise(st)
+
+
+def dequantize(ctx, x, out):
+    st = _dequantize(ctx, _tensor(0, x), _tensor(1, out))
+    if st:
+        _raise(st)
+
+
+def amax(ctx, x, out_ptr):
+    st = _amax(ctx, _tensor(0, x), out_ptr)
+    if st:
+        _raise(st)
+
+
+def gemm(ctx, a, b, d, transa, transb, epilogue, bias, gelu_input, accumulate, split_accumulator):
+    g = _scratch.gopts
+    g.transa = 1 if transa else 0
+    g.transb = 1 if transb else 0
+    g.epilogue = epilogue
+    g.bias = _tensor(3, bias)
+    g.gelu_input = _tensor(4, gelu_input)
+    g.accumulate = 1 if accumulate else 0
+    g.use_split_accumulator = 1 if split_accumulator else 0
+    st = _gemm(ctx, _tensor(0, a), _tensor(1, b), _tensor(2, d), byref(g))
+    if st:
+        _raise(st)

@@ -1,0 +1,211 @@
+"""The low-level interface over the SWIG extension libte._te_swig (bindings/swig/te.i).
+
+Same functions, arguments, results and errors as _lowlevel_ctypes (see its docstring). Where a
+SWIG wrapper already has the interface's shape it is exported as is - te_autocast_begin/end are
+called with no Python frame in between - and failed calls raise through the error factory
+registered below.
+"""
+
+from . import _constants as C
+from . import _te_swig as _te  # ImportError when not built: _lowlevel falls back to ctypes
+from .errors import error_for_status
+
+NAME = "swig"
+
+_te.te_swig_set_error_factory(error_for_status)
+
+SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
+    "te_tensor", "te_context_options", "te_context_stats", "te_recipe_options",
+    "te_autocast_options", "te_autocast_state", "te_linear_options", "te_linear_forward_args",
+    "te_linear_residuals", "te_linear_backward_args", "te_scaling_state_info",
+    "te_quantize_options", "te_gemm_options")}
+
+version = _te.te_version
+version_string = _te.te_version_string
+status_string = _te.te_status_string
+last_error = _te.te_last_error
+
+
+# ---- tensors -----------------------------------------------------------------------------------
+
+def tensor_scale_inv_count(dtype, shape, scaling):
+    return _te.te_tensor_scale_inv_count((1, dtype, tuple(shape), 0, 0, 1, scaling))
+
+
+def tensor_from_dlpack(managed_ptr, versioned, fp8_dtype):
+    return _te.te_tensor_from_dlpack(managed_ptr, 1 if versioned else 0, fp8_dtype)
+
+
+# ---- context -----------------------------------------------------------------------------------
+
+def context_create(device):
+    opts = _te.te_context_options()
+    if device is not None:
+        opts.use_default_device = 0
+        d = opts.device
+        d.type, d.index = device
+    return _te.te_context_create(opts)
+
+
+context_destroy = _te.te_context_destroy
+context_get_device = _te.te_context_get_device
+context_synchronize = _te.te_context_synchronize
+
+
+def context_set_stream(ctx, stream):
+    _te.te_context_set_stream(ctx, stream or None)
+
+
+def context_get_stats(ctx):
+    s = _te.te_context_stats()
+    _te.te_context_get_stats(ctx, s)
+    return s.scopes_closed, s.bucket_updates, s.amax_reductions, s.states_updated
+
+
+# ---- recipes -----------------------------------------------------------------------------------
+
+def _recipe_dict(o):
+    return {name: getattr(o, name) for name in C.RECIPE_FIELDS}
+
+
+def recipe_defaults(kind):
+    o = _te.te_recipe_options()
+    _te.te_recipe_options_init(o, kind)
+    return _recipe_dict(o)
+
+
+def recipe_create(fields):
+    o = _te.te_recipe_options()
+    for name in C.RECIPE_FIELDS:
+        setattr(o, name, fields[name])
+    return _te.te_recipe_create(o)
+
+
+def recipe_retain(r):
+    _te.te_recipe_retain(r)
+
+
+recipe_release = _te.te_recipe_release
+recipe_key = _te.te_recipe_key
+recipe_describe = _te.te_recipe_describe
+
+
+def recipe_get_options(r):
+    o = _te.te_recipe_options()
+    _te.te_recipe_get_options(r, o)
+    return _recipe_dict(o)
+
+
+# ---- groups ------------------------------------------------------------------------------------
+
+group_create_single = _te.te_group_create_single
+group_destroy = _te.te_group_destroy
+group_id = _te.te_group_id
+group_rank = _te.te_group_rank
+group_size = _te.te_group_size
+
+
+# ---- autocast: the hot path ----------------------------------------------------------------------
+
+def autocast_options(enabled, calibrating, recipe, group):
+    o = _te.te_autocast_options()
+    o.enabled = 1 if enabled else 0
+    o.calibrating = 1 if calibrating else 0
+    o.recipe = recipe
+    o.group = group
+    return o
+
+
+autocast_begin = _te.te_autocast_begin  # (ctx, opts) -> token
+autocast_end = _te.te_autocast_end      # (ctx, token)
+autocast_flush_backward = _te.te_autocast_flush_backward
+
+
+def autocast_get_state(ctx):
+    s = _te.te_autocast_state()
+    _te.te_autocast_get_state(ctx, s)
+    r = s.recipe
+    return (s.enabled, s.calibrating, s.depth, _te.te_recipe_key(r) if r is not None else 0,
+            _te.te_recipe_describe(r) if r is not None else "")
+
+
+# ---- linear ------------------------------------------------------------------------------------
+
+def linear_create(ctx, in_features, out_features, bias, dtype, fuse_wgrad_accumulation):
+    o = _te.te_linear_options()
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    return _te.te_linear_create(ctx, o)
+
+
+linear_destroy = _te.te_linear_destroy
+
+
+def linear_forward_compute(ctx, lin, x, w, b, weight_unchanged, y):
+    res = _te.te_linear_residuals()
+    _te.te_swig_linear_forward_compute(ctx, lin, x, w, b, 1 if weight_unchanged else 0, y, res)
+    return res
+
+
+residuals_tensors = _te.te_swig_residuals_tensors
+residuals_release = _te.te_linear_residuals_release
+linear_forward_save = _te.te_linear_forward_save
+
+
+def linear_forward(ctx, lin, x, w, b, weight_unchanged, y):
+    return _te.te_swig_linear_forward(ctx, lin, x, w, b, 1 if weight_unchanged else 0, y)
+
+
+def linear_backward(ctx, bwd, dy, dx, dw, db, once):
+    _te.te_swig_linear_backward(ctx, bwd, dy, dx, dw, db, 1 if once else 0)
+
+
+linear_backward_ctx_destroy = _te.te_linear_backward_ctx_destroy
+
+
+def linear_get_scaling_state(ctx, lin, role, history_cap):
+    import array
+    info = _te.te_scaling_state_info()
+    history = array.array("f", bytes(4 * history_cap)) if history_cap else None
+    _te.te_linear_get_scaling_state(ctx, lin, role, info, history)
+    n = min(history_cap, info.amax_history_len)
+    return (info.scale, info.scale_inv, info.amax_history_len, info.fp8_dtype,
+            list(history[:n]) if history is not None else [])
+
+
+def linear_state_save(ctx, lin):
+    size = _te.te_linear_state_save(ctx, lin, None)
+    buf = bytearray(size)
+    size = _te.te_linear_state_save(ctx, lin, buf)
+    return bytes(buf[:size])
+
+
+linear_state_load = _te.te_linear_state_load
+
+
+# ---- activations and primitives ----------------------------------------------------------------
+
+activation_forward = _te.te_activation_forward
+activation_backward = _te.te_activation_backward
+
+
+def quantize(ctx, x, out, scale, amax, amax_epsilon, power_of_2_scales):
+    _te.te_swig_quantize(ctx, x, out, None, scale or None, amax or None, amax_epsilon,
+                         1 if power_of_2_scales else 0, 0)
+
+
+def cast_transpose(ctx, x, out, out_t, scale, amax, amax_epsilon, power_of_2_scales):
+    _te.te_swig_quantize(ctx, x, out, out_t, scale or None, amax or None, amax_epsilon,
+                         1 if power_of_2_scales else 0, 1)
+
+
+dequantize = _te.te_dequantize
+amax = _te.te_amax
+
+
+def gemm(ctx, a, b, d, transa, transb, epilogue, bias, gelu_input, accumulate, split_accumulator):
+    _te.te_swig_gemm(ctx, a, b, d, 1 if transa else 0, 1 if transb else 0, epilogue, bias,
+                     gelu_input, 1 if accumulate else 0, 1 if split_accumulator else 0)

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Builds the SWIG accelerator libte._te_swig into bindings/python/libte/.
+
+    python3 bindings/swig/build.py [--libdir build/release] [--force]
+
+Runs `swig -python -builtin` on bindings/swig/te.i (generated C in build/swig-python/), then
+compiles it with the C compiler and this Python's headers, linked against libte.so from
+--libdir. Up to date outputs are left alone (idempotent). The module finds libte.so at run time
+through the package, which loads it first (LIBTE_PATH, ...); no rpath is baked in.
+"""
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INTERFACE = os.path.join(ROOT, "bindings", "swig", "te.i")
+HEADER = os.path.join(ROOT, "capi", "include", "te", "te.h")
+PACKAGE = os.path.join(ROOT, "bindings", "python", "libte")
+WORK = os.path.join(ROOT, "build", "swig-python")
+
+
+def run(cmd):
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.check_call(cmd)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--libdir", default=os.path.join(ROOT, "build", "release"),
+                        help="directory holding libte.so (default build/release)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    args = parser.parse_args()
+
+    swig = shutil.which("swig") or shutil.which("swig4.0")
+    if swig is None:
+        sys.exit("build.py: swig not found (Debian: apt-get install swig)")
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        sys.exit("build.py: Python.h not found in %s (Debian: apt-get install python3-dev)"
+                 % include)
+    if not os.path.exists(os.path.join(args.libdir, "libte.so")):
+        sys.exit("build.py: %s/libte.so not found; build libte first" % args.libdir)
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    module = os.path.join(PACKAGE, "__te_swig" + suffix)
+    wrapper = os.path.join(WORK, "te_wrap.c")
+    sources = [INTERFACE, HEADER, os.path.abspath(__file__)]
+    if (not args.force and os.path.exists(module)
+            and os.path.exists(os.path.join(PACKAGE, "_te_swig.py"))
+            and os.path.getmtime(module) >= max(os.path.getmtime(s) for s in sources)):
+        print("build.py: %s is up to date" % os.path.relpath(module, ROOT))
+        return
+
+    os.makedirs(WORK, exist_ok=True)
+    run([swig, "-python", "-builtin", "-O", "-I" + os.path.join(ROOT, "capi", "include"),
+         "-outdir", PACKAGE, "-o", wrapper, INTERFACE])
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    run(shlex.split(cc) + ["-O2", "-fPIC", "-shared", "-w", "-I" + include,
+                           "-I" + os.path.join(ROOT, "capi", "include"), wrapper,
+                           "-L" + os.path.abspath(args.libdir), "-lte", "-o", module])
+    print("build.py: built %s" % os.path.relpath(module, ROOT))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+/*
+ * SWIG interface for libte's whole public header (te/te.h): the optional compiled accelerator of
+ * the Python package, imported as libte._te_swig (build: bindings/swig/build.py).
+ *
+ * Conventions of the generated module:
+ *  - te_status results: a failed call raises. The exception comes from the factory registered
+ *    with te_swig_set_error_factory(callable(status, message) -> exception instance) - libte
+ *    registers libte.errors.error_for_status - or is a RuntimeError without one. Successful calls
+ *    return None, or their out-parameters.
+ *  - Out-parameters are results: te_context **out -> the new handle, te_autocast_token *token ->
+ *    an int, size_t *size -> an int, te_device *out -> (type, index).
+ *  - Opaque handles are proxies that own what they were created with (%newobject semantics:
+ *    collecting one destroys/releases it); the explicit destroy/release functions disown them
+ *    (%delobject), so nothing is freed twice.
+ *  - Pointers the library only passes through (data, scale_inv, streams, DLPack tensors) are
+ *    Python ints (addresses); None is NULL.
+ *  - A te_tensor argument is a te_tensor proxy or a tuple
+ *    (data, dtype, shape, device_type, device_index, scale_inv, scaling), converted on the C
+ *    stack with no allocation.
+ *  - Options structs are constructed with their _init defaults (and struct_size set), as are the
+ *    structs the library fills.
+ *  - te_swig_* functions are call-shaped helpers for the Python package's low-level interface
+ *    (options structs built in C, tensors as tuples).
+ */
+%module(package="libte") _te_swig
+
+%{
+#include <te/te.h>
+#include <stdlib.h>
+#include <string.h>
+
+static PyObject *te_swig_error_factory = NULL;
+
+/* Sets the Python error for a failed call; the caller returns NULL. */
+static void te_swig_set_error(te_status status) {
+  const char *message = te_last_error();
+  if (te_swig_error_factory != NULL) {
+    PyObject *exc = PyObject_CallFunction(te_swig_error_factory, "is", (int)status, message);
+    if (exc == NULL) return; /* the factory raised: propagate that */
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return;
+  }
+  PyErr_Format(PyExc_RuntimeError, "%s: %s", te_status_string(status), message);
+}
+
+/* An int address (or None) -> a pointer. */
+static int te_swig_address(PyObject *o, void **out) {
+  if (o == Py_None) {
+    *out = NULL;
+    return 1;
+  }
+  if (PyLong_Check(o)) {
+    void *p = PyLong_AsVoidPtr(o);
+    if (p == NULL && PyErr_Occurred()) return 0;
+    *out = p;
+    return 1;
+  }
+  PyErr_Format(PyExc_TypeError, "expected an address (int) or None, got %s", Py_TYPE(o)->tp_name);
+  return 0;
+}
+
+static int te_swig_int(PyObject *o, long long *out, const char *what) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "te_tensor tuple: %s must be an int", what);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+/* (data, dtype, shape, device_type, device_index, scale_inv, scaling) -> *t. */
+static int te_swig_tensor_from_tuple(PyObject *o, te_tensor *t) {
+  long long v;
+  Py_ssize_t n, i;
+  PyObject *shape;
+  if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 7) {
+    PyErr_SetString(PyExc_TypeError, "expected a te_tensor or a 7-tuple (data, dtype, shape, "
+                                     "device_type, device_index, scale_inv, scaling)");
+    return 0;
+  }
+  memset(t, 0, sizeof *t);
+  if (!te_swig_address(PyTuple_GET_ITEM(o, 0), &t->data)) return 0;
+  if (!te_swig_int(PyTuple_GET_ITEM(o, 1), &v, "dtype")) return 0;
+  t->dtype = (te_dtype)v;
+  shape = PyTuple_GET_ITEM(o, 2);
+  if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > TE_MAX_DIMS) {
+    PyErr_SetString(PyExc_TypeError, "te_tensor tuple: shape must be a tuple of at most "
+                                     "TE_MAX_DIMS ints");
+    return 0;
+  }
+  n = PyTuple_GET_SIZE(shape);
+  t->ndim = (int32_t)n;
+  for (i = 0; i < n; ++i) {
+    if (!te_swig_int(PyTuple_GET_ITEM(shape, i), &v, "shape[i]")) return 0;
+    t->shape[i] = (int64_t)v;
+  }
+  if (!te_swig_int(PyTuple_GET_ITEM(o, 3), &v, "device_type")) return 0;
+  t->device.type = (te_device_type)v;
+  if (!te_swig_int(PyTuple_GET_ITEM(o, 4), &v, "device_index")) return 0;
+  t->device.index = (int32_t)v;
+  if (!te_swig_address(PyTuple_GET_ITEM(o, 5), (void **)&t->scale_inv)) return 0;
+  if (!te_swig_int(PyTuple_GET_ITEM(o, 6), &v, "scaling")) return 0;
+  t->scaling = (te_scaling_mode)v;
+  return 1;
+}
+
+static PyObject *te_swig_tensor_to_tuple(const te_tensor *t) {
+  int n = (t->ndim >= 1 && t->ndim <= TE_MAX_DIMS) ? t->ndim : 0, i;
+  PyObject *shape = PyTuple_New(n);
+  if (shape == NULL) return NULL;
+  for (i = 0; i < n; ++i) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+  return Py_BuildValue("(NiNiiNi)", PyLong_FromVoidPtr(t->data), (int)t->dtype, shape,
+                       (int)t->device.type, (int)t->device.index,
+                       PyLong_FromVoidPtr(t->scale_inv), (int)t->scaling);
+}
+%}
+
+%include <stdint.i>
+
+/* ---- status -> exception ------------------------------------------------------------------ */
+
+%typemap(out) te_status {
+  if ($1 != TE_SUCCESS) {
+    te_swig_set_error($1);
+    SWIG_fail;
+  }
+  $result = SWIG_Py_Void();
+}
+
+/* ---- pass-through pointers as int addresses ------------------------------------------------ */
+
+%typemap(in) void *, const void *, float *, const float * {
+  void *p_ = NULL;
+  if (!te_swig_address($input, &p_)) {
+    if (SWIG_ConvertPtr($input, &p_, 0, 0) != SWIG_OK) SWIG_fail; /* a SWIG pointer also works */
+    PyErr_Clear();
+  }
+  $1 = ($1_ltype)p_;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) void *, const void *, float *, const float * {
+  $1 = ($input == Py_None || PyLong_Check($input)) ? 1 : 0;
+}
+%typemap(out) void *, float * { $result = PyLong_FromVoidPtr((void *)$1); }
+%typemap(memberin) void *, float *, const float * { $1 = $input; }
+
+/* Byte buffers: te_linear_state_save(ctx, lin, buf, capacity, size) takes a writable buffer
+ * (or None to ask for the size), te_linear_state_load a readable one. */
+%typemap(in) (void *buf, size_t capacity) (Py_buffer pybuf) {
+  pybuf.obj = NULL;
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (PyObject_GetBuffer($input, &pybuf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) SWIG_fail;
+    $1 = pybuf.buf;
+    $2 = (size_t)pybuf.len;
+  }
+}
+%typemap(freearg) (void *buf, size_t capacity) { if (pybuf$argnum.obj) PyBuffer_Release(&pybuf$argnum); }
+%typemap(in) (const void *buf, size_t size) (Py_buffer pybuf) {
+  pybuf.obj = NULL;
+  if (PyObject_GetBuffer($input, &pybuf, PyBUF_C_CONTIGUOUS) != 0) SWIG_fail;
+  $1 = pybuf.buf;
+  $2 = (size_t)pybuf.len;
+}
+%typemap(freearg) (const void *buf, size_t size) { if (pybuf$argnum.obj) PyBuffer_Release(&pybuf$argnum); }
+%typemap(in) (float *history, size_t history_cap) (Py_buffer pybuf) {
+  pybuf.obj = NULL;
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (PyObject_GetBuffer($input, &pybuf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) SWIG_fail;
+    $1 = (float *)pybuf.buf;
+    $2 = (size_t)pybuf.len / sizeof(float);
+  }
+}
+%typemap(freearg) (float *history, size_t history_cap) { if (pybuf$argnum.obj) PyBuffer_Release(&pybuf$argnum); }
+
+/* ---- out-parameters -------------------------------------------------------------------------- */
+
+%define TE_HANDLE_OUT(TYPE)
+%typemap(in, numinputs=0) TYPE **out (TYPE *temp = NULL) { $1 = &temp; }
+%typemap(argout) TYPE **out {
+  $result = SWIG_Python_AppendOutput($result,
+      SWIG_NewPointerObj(SWIG_as_voidptr(temp$argnum), $descriptor(TYPE *), SWIG_POINTER_OWN));
+}
+%enddef
+TE_HANDLE_OUT(te_context)
+TE_HANDLE_OUT(te_recipe)
+TE_HANDLE_OUT(te_group)
+TE_HANDLE_OUT(te_linear)
+TE_HANDLE_OUT(te_linear_backward_ctx)
+
+%typemap(in, numinputs=0) te_autocast_token *token (te_autocast_token temp = 0) { $1 = &temp; }
+%typemap(argout) te_autocast_token *token {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromUnsignedLongLong(temp$argnum));
+}
+%typemap(in, numinputs=0) size_t *size (size_t temp = 0) { $1 = &temp; }
+%typemap(argout) size_t *size { $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(temp$argnum)); }
+%typemap(in, numinputs=0) int64_t *count (int64_t temp = 0) { $1 = &temp; }
+%typemap(argout) int64_t *count { $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong(temp$argnum)); }
+%typemap(in, numinputs=0) te_device *out (te_device temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
+%typemap(argout) te_device *out {
+  $result = SWIG_Python_AppendOutput($result, Py_BuildValue("(ii)", (int)temp$argnum.type, (int)temp$argnum.index));
+}
+/* te_tensor_from_dlpack's result, as a tuple (declared below with this parameter name). */
+%typemap(in, numinputs=0) te_tensor *dlpack_out (te_tensor temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
+%typemap(argout) te_tensor *dlpack_out { $result = SWIG_Python_AppendOutput($result, te_swig_tensor_to_tuple(&temp$argnum)); }
+
+/* ---- te_tensor arguments: a proxy or a tuple, converted on the stack ------------------------- */
+
+%define TE_TENSOR_IN(TYPE)
+%typemap(in) TYPE (te_tensor temp) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else if (PyTuple_Check($input)) {
+    if (!te_swig_tensor_from_tuple($input, &temp)) SWIG_fail;
+    $1 = &temp;
+  } else {
+    void *p_ = NULL;
+    if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
+      PyErr_Format(PyExc_TypeError, "argument '$1_name': expected a te_tensor or a tensor "
+                   "tuple, got %s", Py_TYPE($input)->tp_name);
+      SWIG_fail;
+    }
+    $1 = (te_tensor *)p_;
+  }
+}
+%enddef
+TE_TENSOR_IN(const te_tensor *)
+TE_TENSOR_IN(te_tensor *)
+
+/* Struct members holding te_tensor pointers take proxies only: a stack copy would dangle. */
+%typemap(in) const te_tensor *input, const te_tensor *weight, const te_tensor *bias,
+             te_tensor *gelu_input {
+  void *p_ = NULL;
+  if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
+    PyErr_SetString(PyExc_TypeError, "expected a te_tensor proxy (or None)");
+    SWIG_fail;
+  }
+  $1 = (te_tensor *)p_;
+}
+
+/* ---- opaque handles owned by their proxies --------------------------------------------------- */
+
+%define TE_OPAQUE(TYPE, DESTROY)
+%nodefaultctor TYPE;
+struct TYPE {};
+%extend TYPE {
+  ~TYPE() { DESTROY($self); }
+}
+%delobject DESTROY;
+%enddef
+TE_OPAQUE(te_context, te_context_destroy)
+TE_OPAQUE(te_recipe, te_recipe_release)
+TE_OPAQUE(te_group, te_group_destroy)
+TE_OPAQUE(te_linear, te_linear_destroy)
+TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
+/* A retained reference is a new owner. */
+%newobject te_recipe_retain;
+
+/* ---- structs: constructed with defaults and struct_size -------------------------------------- */
+
+%extend te_context_options { te_context_options() { te_context_options *o = calloc(1, sizeof *o); te_context_options_init(o); return o; } }
+%extend te_recipe_options {
+  te_recipe_options(int kind = 0) {
+    te_recipe_options *o = calloc(1, sizeof *o);
+    if (te_recipe_options_init(o, (te_recipe_kind)kind) != TE_SUCCESS) o->struct_size = sizeof *o;
+    return o;
+  }
+}
+%extend te_autocast_options { te_autocast_options() { te_autocast_options *o = calloc(1, sizeof *o); te_autocast_options_init(o); return o; } }
+%extend te_linear_options { te_linear_options() { te_linear_options *o = calloc(1, sizeof *o); te_linear_options_init(o); return o; } }
+%extend te_linear_forward_args { te_linear_forward_args() { te_linear_forward_args *o = calloc(1, sizeof *o); te_linear_forward_args_init(o); return o; } }
+%extend te_linear_backward_args { te_linear_backward_args() { te_linear_backward_args *o = calloc(1, sizeof *o); te_linear_backward_args_init(o); return o; } }
+%extend te_quantize_options { te_quantize_options() { te_quantize_options *o = calloc(1, sizeof *o); te_quantize_options_init(o); return o; } }
+%extend te_gemm_options { te_gemm_options() { te_gemm_options *o = calloc(1, sizeof *o); te_gemm_options_init(o); return o; } }
+%extend te_context_stats { te_context_stats() { te_context_stats *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
+%extend te_autocast_state { te_autocast_state() { te_autocast_state *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
+%extend te_scaling_state_info { te_scaling_state_info() { te_scaling_state_info *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
+%extend te_linear_residuals {
+  te_linear_residuals() { te_linear_residuals *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; }
+  /* Residuals never handed to forward_save are freed with their proxy. */
+  ~te_linear_residuals() { te_linear_residuals_release($self); free($self); }
+}
+%extend te_tensor {
+  /* (data, dtype, shape, device_type, device_index, scale_inv, scaling) */
+  PyObject *as_tuple() { return te_swig_tensor_to_tuple($self); }
+}
+
+/* ---- the header -------------------------------------------------------------------------------- */
+
+%ignore te_tensor_from_dlpack;
+#define TE_API
+%include <te/te.h>
+
+/* te_tensor_from_dlpack(dl_managed_tensor, versioned, fp8_dtype) -> tensor tuple, where
+ * dl_managed_tensor is the DLManagedTensor(Versioned)'s address (PyCapsule_GetPointer). */
+%rename(te_tensor_from_dlpack) te_swig_tensor_from_dlpack;
+%inline %{
+te_status te_swig_tensor_from_dlpack(te_tensor *dlpack_out, const void *dl_managed_tensor,
+                                     int versioned, te_dtype fp8_dtype) {
+  return te_tensor_from_dlpack(dlpack_out, dl_managed_tensor, versioned, fp8_dtype);
+}
+%}
+
+/* ---- helpers for the Python package's low-level interface --------------------------------------- */
+
+%inline %{
+/* Registers callable(status, message) -> exception instance, used for every failed call. */
+PyObject *te_swig_set_error_factory(PyObject *factory) {
+  Py_XDECREF(te_swig_error_factory);
+  te_swig_error_factory = NULL;
+  if (factory != Py_None) {
+    Py_INCREF(factory);
+    te_swig_error_factory = factory;
+  }
+  Py_RETURN_NONE;
+}
+
+size_t te_swig_sizeof(const char *name) {
+#define TE_SWIG_SIZE(T) if (strcmp(name, #T) == 0) return sizeof(T)
+  TE_SWIG_SIZE(te_tensor); TE_SWIG_SIZE(te_context_options); TE_SWIG_SIZE(te_context_stats);
+  TE_SWIG_SIZE(te_recipe_options); TE_SWIG_SIZE(te_autocast_options);
+  TE_SWIG_SIZE(te_autocast_state); TE_SWIG_SIZE(te_linear_options);
+  TE_SWIG_SIZE(te_linear_forward_args); TE_SWIG_SIZE(te_linear_residuals);
+  TE_SWIG_SIZE(te_linear_backward_args); TE_SWIG_SIZE(te_scaling_state_info);
+  TE_SWIG_SIZE(te_quantize_options); TE_SWIG_SIZE(te_gemm_options);
+#undef TE_SWIG_SIZE
+  return 0;
+}
+
+PyObject *te_swig_residuals_tensors(const te_linear_residuals *r) {
+  return Py_BuildValue("(NNN)", te_swig_tensor_to_tuple(&r->input_t),
+                       te_swig_tensor_to_tuple(&r->weight_t), PyBool_FromLong(r->fp8));
+}
+
+te_status te_swig_linear_forward_compute(te_context *ctx, te_linear *lin, const te_tensor *x,
+                                         const te_tensor *w, const te_tensor *b,
+                                         int weight_unchanged, te_tensor *y,
+                                         te_linear_residuals *residuals) {
+  te_linear_forward_args args;
+  te_linear_forward_args_init(&args);
+  args.input = x;
+  args.weight = w;
+  args.bias = b;
+  args.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_linear_forward_compute(ctx, lin, &args, y, residuals);
+}
+
+te_status te_swig_linear_forward(te_context *ctx, te_linear *lin, const te_tensor *x,
+                                 const te_tensor *w, const te_tensor *b, int weight_unchanged,
+                                 te_tensor *y, te_linear_backward_ctx **out) {
+  te_linear_forward_args args;
+  te_linear_forward_args_init(&args);
+  args.input = x;
+  args.weight = w;
+  args.bias = b;
+  args.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_linear_forward(ctx, lin, &args, y, out);
+}
+
+te_status te_swig_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
+                                  const te_tensor *dy, te_tensor *dx, te_tensor *dw,
+                                  te_tensor *db, int once) {
+  te_linear_backward_args args;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_linear_backward(ctx, bwd, dy, dx, dw, db, &args);
+}
+
+te_status te_swig_quantize(te_context *ctx, const te_tensor *x, te_tensor *out,
+                           const te_tensor *out_t, const float *scale, float *amax,
+                           double amax_epsilon, int power_of_2_scales, int transpose) {
+  te_quantize_options o;
+  te_quantize_options_init(&o);
+  o.scale = scale;
+  o.amax = amax;
+  o.amax_epsilon = (float)amax_epsilon;
+  o.power_of_2_scales = power_of_2_scales ? 1 : 0;
+  if (transpose) return te_cast_transpose(ctx, x, out, (te_tensor *)out_t, &o);
+  return te_quantize(ctx, x, out, &o);
+}
+
+te_status te_swig_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *d,
+                       int transa, int transb, int epilogue, const te_tensor *gemm_bias,
+                       te_tensor *gemm_gelu_input, int accumulate, int use_split_accumulator) {
+  te_gemm_options o;
+  te_gemm_options_init(&o);
+  o.transa = transa ? 1 : 0;
+  o.transb = transb ? 1 : 0;
+  o.epilogue = (te_epilogue)epilogue;
+  o.bias = gemm_bias;
+  o.gelu_input = gemm_gelu_input;
+  o.accumulate = accumulate ? 1 : 0;
+  o.use_split_accumulator = use_split_accumulator ? 1 : 0;
+  return te_gemm(ctx, a, b, d, &o);
+}
+%}

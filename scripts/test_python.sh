@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The Python binding's suite (bindings/python, bindings/swig, examples/python):
+#   1. builds libte (release preset, target te) when build/release/libte.so is missing;
+#   2. installs swig and python3-dev with apt-get, only when absent (needs root);
+#   3. builds the SWIG extension libte._te_swig (bindings/swig/build.py; no-op when up to date);
+#   4. runs pytest against both low-level backends (LIBTE_BACKEND=ctypes, then swig), with
+#      LIBTE_PATH=build/release;
+#   5. runs the Python demo (examples/python/train_mlp.py) and the PyTorch example (which skips
+#      without torch).
+# Idempotent. Every step runs even when an earlier one failed; exit status non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+root="$(pwd)"
+failed=()
+
+if [[ ! -e build/release/libte.so ]]; then
+  echo "==== [python] build libte (release preset, target te)"
+  { cmake --preset release && cmake --build --preset release --target te; } || failed+=("libte build")
+fi
+
+python=${PYTHON:-python3}
+need=()
+command -v swig >/dev/null 2>&1 || need+=(swig)
+inc="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+[[ -f "$inc/Python.h" ]] || need+=(python3-dev)
+if [[ ${#need[@]} -gt 0 ]]; then
+  echo "==== [python] apt-get install ${need[*]}"
+  if [[ $(id -u) -eq 0 ]]; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } ||
+      failed+=("apt-get install ${need[*]}")
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" ||
+      failed+=("apt-get install ${need[*]}")
+  fi
+fi
+
+echo "==== [python] SWIG extension"
+"$python" bindings/swig/build.py --libdir build/release || failed+=("swig build")
+
+export LIBTE_PATH="$root/build/release"
+export PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
+
+for backend in ctypes swig; do
+  echo "==== [python] pytest, LIBTE_BACKEND=$backend"
+  LIBTE_BACKEND=$backend "$python" -m pytest -p no:cacheprovider bindings/python/tests ||
+    failed+=("pytest ($backend)")
+done
+
+echo "==== [python] examples/python/train_mlp.py"
+"$python" examples/python/train_mlp.py --csv build/release/train_mlp_python_loss.csv ||
+  failed+=("train_mlp.py")
+echo "==== [python] examples/python/torch_linear.py"
+"$python" examples/python/torch_linear.py || failed+=("torch_linear.py")
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "python binding: all passed (ctypes and swig)"
