@@ -1,20 +1,26 @@
 // Shared helpers for the public-API tests (tests/api/*.cpp). Only <te/te.h> and libte.so are
 // used, as a user sees them. Everything here is header-only (inline), so several test files may
-// include it.
+// include it. The format and scaling references live in reference_numerics.h (included).
 //
 //  - Status checks:   EXPECT_TE_OK(call), ASSERT_TE_OK(call)       (print te_last_error on failure)
 //                     EXPECT_TE_FAIL(status, "te_fn", "arg", call)  (status, and te_last_error names
 //                                                                    the function and the argument)
-//  - RAII handles:    ContextPtr, RecipePtr, GroupPtr, LinearPtr, BackwardPtr (+ make_* helpers)
+//                     IsError(got, want, "te_fn", "arg")            (the strict "<fn>: argument
+//                                                                    '<arg>': ..." message format)
+//  - RAII handles:    ContextPtr, RecipePtr, GroupPtr, LinearPtr, BackwardPtr (+ make_* helpers),
+//                     AutocastScope
 //  - Fixture:         CpuContextTest (ctx_ is an explicit CPU context)
-//  - Host tensors:    HostTensor (owns data + scale_inv; .t is the te_tensor view), make_tensor
-//  - Independent numerics: FP8 decode/encode (RNE, saturating), BF16/F16 conversions
-//  - References:      dequantize_ref (per block), ref_gemm (fp64), gemm_tolerance
-//  - State snapshots: autocast_state(ctx), context_stats(ctx), scaling_state(ctx, lin, role, hist)
+//  - Host tensors:    HostTensor (owns data + scale_inv; .t is the te_tensor view), make_tensor,
+//                     random_tensor, copy_tensor (of a library-owned tensor)
+//  - References:      quantize_ref / dequantize_ref (per block), ref_gemm (fp64), gemm_tolerance
+//  - State snapshots: autocast_state(ctx), context_stats(ctx), scaling_state(ctx, lin, role, hist),
+//                     live_scaling_state, SameState
 #pragma once
 
 #include <gtest/gtest.h>
 #include <te/te.h>
+
+#include "reference_numerics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +30,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -103,6 +110,39 @@ inline ::testing::AssertionResult check_failure(te_status got, const char *expr,
 
 namespace te_test {
 
+// The strict message format of the te_linear_* errors: `got` must be `want`, and
+// te_last_error() must start "<fn>:"; when `arg` is non-NULL it must start
+// "<fn>: argument '<name>'" with `arg` a substring of <name>, followed by the expected-vs-got
+// text. Unlike EXPECT_TE_FAIL it does not prime te_last_error first.
+inline ::testing::AssertionResult IsError(te_status got, te_status want, const char *fn,
+                                          const char *arg) {
+  const std::string msg = last_error();
+  if (got != want)
+    return ::testing::AssertionFailure() << "status " << te_status_string(got) << ", expected "
+                                         << te_status_string(want) << " (last error: \"" << msg
+                                         << "\")";
+  const std::string prefix = std::string(fn) + ":";
+  if (msg.compare(0, prefix.size(), prefix) != 0)
+    return ::testing::AssertionFailure() << "message \"" << msg << "\" does not start with \""
+                                         << prefix << "\"";
+  if (arg) {
+    const std::string ap = std::string(fn) + ": argument '";
+    if (msg.compare(0, ap.size(), ap) != 0)
+      return ::testing::AssertionFailure() << "message \"" << msg << "\" does not start with \""
+                                           << ap << "\"";
+    const size_t close = msg.find('\'', ap.size());
+    const std::string name = msg.substr(ap.size(), close == std::string::npos ? std::string::npos
+                                                                             : close - ap.size());
+    if (name.find(arg) == std::string::npos)
+      return ::testing::AssertionFailure() << "message \"" << msg << "\" names argument '" << name
+                                           << "', expected one naming '" << arg << "'";
+    if (close == std::string::npos || msg.size() < close + 4)
+      return ::testing::AssertionFailure() << "message \"" << msg
+                                           << "\" has no expected-vs-got text";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // ---- RAII handles -------------------------------------------------------------------------
 
 struct ContextDeleter { void operator()(te_context *c) const { te_context_destroy(c); } };
@@ -146,9 +186,17 @@ inline RecipePtr make_recipe(const te_recipe_options &o) {
 inline RecipePtr make_recipe(te_recipe_kind kind = TE_RECIPE_DELAYED_SCALING) {
   return make_recipe(recipe_defaults(kind));
 }
+// Defaults of `kind` with amax_history_len = history_len (when > 0) and amax_algo = algo.
+inline RecipePtr make_recipe(te_recipe_kind kind, int history_len, te_amax_algo algo = TE_AMAX_MAX) {
+  te_recipe_options o = recipe_defaults(kind);
+  if (history_len > 0) o.amax_history_len = history_len;
+  o.amax_algo = algo;
+  return make_recipe(o);
+}
 
 inline LinearPtr make_linear(te_context *ctx, int64_t in_features, int64_t out_features,
-                             int bias = 1, te_dtype activation_dtype = TE_DTYPE_F32) {
+                             int bias = 1, te_dtype activation_dtype = TE_DTYPE_F32,
+                             int fuse_wgrad_accumulation = 0) {
   te_linear_options o;
   std::memset(&o, 0, sizeof o);
   EXPECT_TE_OK(te_linear_options_init(&o));
@@ -156,6 +204,7 @@ inline LinearPtr make_linear(te_context *ctx, int64_t in_features, int64_t out_f
   o.out_features = out_features;
   o.bias = bias;
   o.activation_dtype = activation_dtype;
+  o.fuse_wgrad_accumulation = fuse_wgrad_accumulation;
   te_linear *l = nullptr;
   EXPECT_TE_OK(te_linear_create(&l, ctx, &o));
   return LinearPtr(l);
@@ -171,6 +220,36 @@ class CpuContextTest : public ::testing::Test {
   }
   ContextPtr owned_ctx_;
   te_context *ctx_ = nullptr;
+};
+
+// An open autocast scope, closed (and checked) by end() or the destructor.
+class AutocastScope {
+ public:
+  AutocastScope(te_context *ctx, const te_recipe *recipe, int enabled = 1, int calibrating = 0)
+      : ctx_(ctx) {
+    te_autocast_options o;
+    std::memset(&o, 0, sizeof o);
+    EXPECT_TE_OK(te_autocast_options_init(&o));
+    o.enabled = enabled;
+    o.calibrating = calibrating;
+    o.recipe = recipe;
+    te_status s = te_autocast_begin(ctx, &o, &token_);
+    EXPECT_TRUE(check_ok(s, "te_autocast_begin(ctx, &o, &token_)"));
+    open_ = s == TE_SUCCESS;
+  }
+  ~AutocastScope() { end(); }
+  void end() {
+    if (!open_) return;
+    open_ = false;
+    EXPECT_TE_OK(te_autocast_end(ctx_, token_));
+  }
+  AutocastScope(const AutocastScope &) = delete;
+  AutocastScope &operator=(const AutocastScope &) = delete;
+
+ private:
+  te_context *ctx_;
+  te_autocast_token token_ = 0;
+  bool open_ = false;
 };
 
 // ---- state snapshots ----------------------------------------------------------------------
@@ -215,127 +294,68 @@ inline ScalingSnapshot scaling_state(te_context *ctx, const te_linear *lin, te_t
                                            history_cap ? s.history.data() : nullptr, history_cap));
   return s;
 }
-
-// ---- independent scalar numerics ----------------------------------------------------------
-
-inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-
-inline double e4m3_to_double(uint8_t c) {
-  int s = c >> 7, e = (c >> 3) & 0xF, m = c & 7;
-  if (e == 0xF && m == 7) return std::nan("");
-  double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return s ? -v : v;
+// The same with the history cut to the amax_history_len the state reports (its live slots).
+inline ScalingSnapshot live_scaling_state(te_context *ctx, const te_linear *lin,
+                                          te_tensor_role role, size_t history_cap = 4096) {
+  ScalingSnapshot s = scaling_state(ctx, lin, role, history_cap);
+  s.history.resize(std::min(history_cap, static_cast<size_t>(std::max(0, s.info.amax_history_len))));
+  return s;
 }
-inline double e5m2_to_double(uint8_t c) {
-  int s = c >> 7, e = (c >> 2) & 0x1F, m = c & 3;
-  double v;
-  if (e == 0x1F) v = m == 0 ? INFINITY : std::nan("");
-  else v = e == 0 ? std::ldexp(m / 4.0, -14) : std::ldexp(1.0 + m / 4.0, e - 15);
-  return s ? -v : v;
-}
-inline double fp8_to_double(uint8_t c, te_dtype t) {
-  return t == TE_DTYPE_E4M3 ? e4m3_to_double(c) : e5m2_to_double(c);
-}
-inline double fp8_max(te_dtype t) { return t == TE_DTYPE_E4M3 ? 448.0 : 57344.0; }
-
-// Round to nearest even and saturate to +-fp8_max (infinities too); NaN -> NaN. Returns the
-// VALUE (not the code), found by search over the finite non-negative codes, so it shares no
-// bit tricks with the library.
-inline double fp8_round(double x, te_dtype t) {
-  if (std::isnan(x)) return std::nan("");
-  static const std::vector<double> e4 = [] {
-    std::vector<double> v;
-    for (int c = 0; c < 0x7F; ++c) v.push_back(e4m3_to_double(static_cast<uint8_t>(c)));
-    return v;
-  }();
-  static const std::vector<double> e5 = [] {
-    std::vector<double> v;
-    for (int c = 0; c < 0x7C; ++c) v.push_back(e5m2_to_double(static_cast<uint8_t>(c)));
-    return v;
-  }();
-  const std::vector<double> &vals = t == TE_DTYPE_E4M3 ? e4 : e5;  // ascending, code == index
-  double a = std::fabs(x);
-  double r;
-  if (a >= vals.back()) {
-    r = vals.back();
-  } else {
-    size_t hi = static_cast<size_t>(std::upper_bound(vals.begin(), vals.end(), a) - vals.begin());
-    size_t lo = hi - 1;  // vals[lo] <= a < vals[hi]
-    double dlo = a - vals[lo], dhi = vals[hi] - a;
-    if (dlo < dhi) r = vals[lo];
-    else if (dhi < dlo) r = vals[hi];
-    else r = (lo % 2 == 0) ? vals[lo] : vals[hi];  // tie: even mantissa (code LSB 0)
-  }
-  return std::signbit(x) ? -r : r;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = float_to_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  uint32_t lsb = (u >> 16) & 1;
-  u += 0x7FFF + lsb;
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_to_f32(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
-
-inline uint16_t f32_to_f16(float f) {
-  uint32_t x = float_to_bits(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  x &= 0x7FFFFFFFu;
-  if (x > 0x7F800000u) return sign | 0x7E00;
-  if (x >= 0x477FF000u) return sign | 0x7C00;  // >= 65520 rounds to infinity
-  if (x < 0x38800000u) {                        // below 2^-14: half subnormal, unit 2^-24
-    double q = std::nearbyint(static_cast<double>(bits_to_float(x)) * 16777216.0);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(q));
-  }
-  uint32_t mant = x & 0x7FFFFF;
-  uint32_t h = ((((x >> 23) - 127 + 15) << 10) | (mant >> 13));
-  uint32_t rem = mant & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-inline float f16_to_f32(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  double v;
-  if (e == 0x1F) v = m ? NAN : INFINITY;
-  else v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024.0 + m, e - 25);
-  return static_cast<float>(s ? -v : v);
-}
-inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
-
-inline size_t dtype_size(te_dtype t) {
-  switch (t) {
-    case TE_DTYPE_F32: return 4;
-    case TE_DTYPE_F16: case TE_DTYPE_BF16: return 2;
-    default: return 1;
-  }
-}
-inline bool is_fp8(te_dtype t) { return t == TE_DTYPE_E4M3 || t == TE_DTYPE_E5M2; }
-inline const char *dtype_name(te_dtype t) {
-  switch (t) {
-    case TE_DTYPE_F32: return "F32";
-    case TE_DTYPE_F16: return "F16";
-    case TE_DTYPE_BF16: return "BF16";
-    case TE_DTYPE_E4M3: return "E4M3";
-    case TE_DTYPE_E5M2: return "E5M2";
-  }
-  return "?";
+// Bitwise comparison of scale, scale_inv, amax_history_len and a's history slots, saying what
+// differs.
+inline ::testing::AssertionResult SameState(const ScalingSnapshot &a, const ScalingSnapshot &b) {
+  if (float_to_bits(a.info.scale) != float_to_bits(b.info.scale))
+    return ::testing::AssertionFailure() << "scale " << a.info.scale << " vs " << b.info.scale;
+  if (float_to_bits(a.info.scale_inv) != float_to_bits(b.info.scale_inv))
+    return ::testing::AssertionFailure() << "scale_inv " << a.info.scale_inv << " vs "
+                                         << b.info.scale_inv;
+  if (a.info.amax_history_len != b.info.amax_history_len)
+    return ::testing::AssertionFailure() << "amax_history_len " << a.info.amax_history_len
+                                         << " vs " << b.info.amax_history_len;
+  for (size_t i = 0; i < a.history.size(); ++i)
+    if (float_to_bits(a.history[i]) != float_to_bits(b.history[i]))
+      return ::testing::AssertionFailure() << "history[" << i << "] " << a.history[i] << " vs "
+                                           << b.history[i];
+  return ::testing::AssertionSuccess();
 }
 
 // ---- host tensors -------------------------------------------------------------------------
 
-// Owns a CPU tensor's bytes and (for FP8) its scale_inv floats; `t` views them. Movable, not
-// copyable (a copy would alias); use clone() for a deep copy.
+// Owns a CPU tensor's bytes and (for FP8) its scale_inv floats; `t` views them. Copies are deep
+// (the copy's view points at its own storage). get() hands out the view as it is, so that a test
+// may break its fields on purpose; call rebind() after resizing `bytes` or `scale_inv`.
 struct HostTensor {
   te_tensor t;
   std::vector<unsigned char> bytes;
   std::vector<float> scale_inv;
 
   HostTensor() { std::memset(&t, 0, sizeof t); }
-  HostTensor(const HostTensor &) = delete;
-  HostTensor &operator=(const HostTensor &) = delete;
+  // A CPU tensor of `shape`, data bytes all `fill`; FP8 tensors get scale_inv storage for
+  // `scaling`, filled with -3 (high-precision ones ignore `scaling`).
+  HostTensor(te_dtype dtype, const std::vector<int64_t> &shape,
+             te_scaling_mode scaling = TE_SCALING_PER_TENSOR, unsigned char fill = 0) {
+    std::memset(&t, 0, sizeof t);
+    t.dtype = dtype;
+    t.ndim = static_cast<int32_t>(shape.size());
+    for (size_t i = 0; i < shape.size() && i < TE_MAX_DIMS; ++i) t.shape[i] = shape[i];
+    t.device.type = TE_DEVICE_CPU;
+    t.device.index = 0;
+    t.scaling = is_fp8(dtype) ? scaling : TE_SCALING_PER_TENSOR;
+    bytes.assign(static_cast<size_t>(numel()) * dtype_size(dtype), fill);
+    if (is_fp8(dtype))
+      scale_inv.assign(static_cast<size_t>(scale_inv_count_ref(rows(), cols(), scaling)), -3.0f);
+    rebind();
+  }
+  HostTensor(const HostTensor &o) : t(o.t), bytes(o.bytes), scale_inv(o.scale_inv) { rebind(); }
+  HostTensor &operator=(const HostTensor &o) {
+    if (this != &o) {
+      t = o.t;
+      bytes = o.bytes;
+      scale_inv = o.scale_inv;
+      rebind();
+    }
+    return *this;
+  }
   HostTensor(HostTensor &&o) noexcept { *this = std::move(o); }
   HostTensor &operator=(HostTensor &&o) noexcept {
     t = o.t;
@@ -349,14 +369,7 @@ struct HostTensor {
     t.data = bytes.empty() ? nullptr : bytes.data();
     t.scale_inv = scale_inv.empty() ? nullptr : scale_inv.data();
   }
-  HostTensor clone() const {
-    HostTensor c;
-    c.t = t;
-    c.bytes = bytes;
-    c.scale_inv = scale_inv;
-    c.rebind();
-    return c;
-  }
+  HostTensor clone() const { return *this; }
 
   te_tensor *get() { return &t; }
   const te_tensor *get() const { return &t; }
@@ -394,34 +407,29 @@ struct HostTensor {
     for (int64_t i = 0; i < numel(); ++i) v[static_cast<size_t>(i)] = at(i);
     return v;
   }
+  // The same as floats (exact: every element of every dtype is a float value).
+  std::vector<float> values_f32() const {
+    std::vector<float> v(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) v[static_cast<size_t>(i)] = static_cast<float>(at(i));
+    return v;
+  }
+  void fill_byte(unsigned char b) { std::fill(bytes.begin(), bytes.end(), b); }
+  // Views the same elements with another shape of the same numel.
+  void reshape(const std::vector<int64_t> &shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    EXPECT_EQ(n, numel()) << "HostTensor::reshape changes the element count";
+    t.ndim = static_cast<int32_t>(shape.size());
+    for (size_t i = 0; i < TE_MAX_DIMS; ++i) t.shape[i] = i < shape.size() ? shape[i] : 0;
+  }
 };
 
-// Floats scale_inv needs for a shape and scaling mode (computed here, independently).
-inline int64_t scale_inv_count_ref(int64_t rows, int64_t cols, te_scaling_mode mode) {
-  switch (mode) {
-    case TE_SCALING_BLOCK_1X128: return rows * ((cols + 127) / 128);
-    case TE_SCALING_BLOCK_128X128: return ((rows + 127) / 128) * ((cols + 127) / 128);
-    default: return 1;
-  }
-}
-
-// A CPU tensor of `shape`; data bytes filled with `fill_byte` (a sentinel, so that untouched
-// outputs are detectable); FP8 tensors get scale_inv storage for `scaling`, filled with -3.
+// A CPU tensor of `shape` whose data bytes are `fill_byte` (by default a sentinel, so that
+// untouched outputs are detectable); FP8 tensors get scale_inv storage for `scaling` (all -3).
 inline HostTensor make_tensor(te_dtype dtype, std::vector<int64_t> shape,
                               te_scaling_mode scaling = TE_SCALING_PER_TENSOR,
                               unsigned char fill_byte = 0xA5) {
-  HostTensor h;
-  h.t.dtype = dtype;
-  h.t.ndim = static_cast<int32_t>(shape.size());
-  for (size_t i = 0; i < shape.size() && i < TE_MAX_DIMS; ++i) h.t.shape[i] = shape[i];
-  h.t.device.type = TE_DEVICE_CPU;
-  h.t.device.index = 0;
-  h.t.scaling = is_fp8(dtype) ? scaling : TE_SCALING_PER_TENSOR;
-  h.bytes.assign(static_cast<size_t>(h.numel()) * dtype_size(dtype), fill_byte);
-  if (is_fp8(dtype))
-    h.scale_inv.assign(static_cast<size_t>(scale_inv_count_ref(h.rows(), h.cols(), scaling)), -3.0f);
-  h.rebind();
-  return h;
+  return HostTensor(dtype, shape, scaling, fill_byte);
 }
 
 // A high-precision tensor with values from `values` (rounded to dtype).
@@ -434,16 +442,35 @@ inline HostTensor make_tensor(te_dtype dtype, std::vector<int64_t> shape,
   return h;
 }
 
-// Uniform values in [lo, hi), deterministic per seed, rounded to the tensor's dtype.
-inline void fill_uniform(HostTensor &h, float lo, float hi, uint32_t seed) {
+// Uniform values in [lo, hi), deterministic per seed, rounded to the tensor's dtype. With
+// row_pattern, row r is scaled by 2^((r % 5) - 2) (before rounding), so that block scales differ
+// from block to block.
+inline void fill_uniform(HostTensor &h, float lo, float hi, uint32_t seed, bool row_pattern = false) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, dist(gen));
+  const int64_t cols = h.cols();
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    float v = dist(gen);
+    if (row_pattern) v = std::ldexp(v, static_cast<int>((i / cols) % 5) - 2);
+    h.set(i, v);
+  }
 }
 inline HostTensor random_tensor(te_dtype dtype, std::vector<int64_t> shape, float lo, float hi,
-                                uint32_t seed) {
+                                uint32_t seed, bool row_pattern = false) {
   HostTensor h = make_tensor(dtype, std::move(shape));
-  fill_uniform(h, lo, hi, seed);
+  fill_uniform(h, lo, hi, seed, row_pattern);
+  return h;
+}
+
+// A deep copy of a CPU tensor the library owns (its bytes, and scale_inv when FP8).
+inline HostTensor copy_tensor(const te_tensor &v) {
+  HostTensor h;
+  h.t = v;
+  const auto *p = static_cast<const unsigned char *>(v.data);
+  h.bytes.assign(p, p + h.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
+  if (is_fp8(v.dtype))
+    h.scale_inv.assign(v.scale_inv, v.scale_inv + scale_inv_count_ref(h.rows(), h.cols(), v.scaling));
+  h.rebind();
   return h;
 }
 
@@ -456,6 +483,8 @@ inline bool same_contents(const HostTensor &a, const HostTensor &b) {
          std::memcmp(&a.t.shape, &b.t.shape, sizeof a.t.shape) == 0 && a.t.dtype == b.t.dtype &&
          a.t.ndim == b.t.ndim;
 }
+// Only the data bytes (e.g. two outputs that must be bitwise the same).
+inline bool bitwise_equal(const HostTensor &a, const HostTensor &b) { return a.bytes == b.bytes; }
 
 // ---- references -----------------------------------------------------------------------------
 
@@ -463,17 +492,91 @@ inline bool same_contents(const HostTensor &a, const HostTensor &b) {
 inline std::vector<double> dequantize_ref(const HostTensor &h) {
   std::vector<double> v(static_cast<size_t>(h.numel()));
   int64_t rows = h.rows(), cols = h.cols();
-  int64_t col_blocks = (cols + 127) / 128;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       int64_t i = r * cols + c;
       if (!is_fp8(h.t.dtype)) { v[static_cast<size_t>(i)] = h.at(i); continue; }
-      int64_t b = 0;
-      if (h.t.scaling == TE_SCALING_BLOCK_1X128) b = r * col_blocks + c / 128;
-      else if (h.t.scaling == TE_SCALING_BLOCK_128X128) b = (r / 128) * col_blocks + c / 128;
+      int64_t b = scale_inv_index(r, c, cols, h.t.scaling);
       v[static_cast<size_t>(i)] = h.at(i) * static_cast<double>(h.scale_inv[static_cast<size_t>(b)]);
     }
   return v;
+}
+
+// The reference quantization of a row-major [rows, cols] matrix `x` (values already in the
+// activation dtype) into an FP8 tensor of that shape. Per-tensor: `per_tensor_scale` is used;
+// blocks: one scale per block, from the block's amax (scale_from_amax). scale_inv = 1 / scale.
+inline HostTensor quantize_ref(const std::vector<float> &x, int64_t rows, int64_t cols,
+                               te_dtype dt, te_scaling_mode mode, float per_tensor_scale,
+                               bool pow2, float eps) {
+  HostTensor q = make_tensor(dt, {rows, cols}, mode);
+  const int64_t ns = scale_inv_count_ref(rows, cols, mode);
+  std::vector<float> amax(static_cast<size_t>(ns), 0.0f), scale(static_cast<size_t>(ns));
+  if (mode == TE_SCALING_PER_TENSOR) {
+    scale[0] = per_tensor_scale;
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float &a = amax[static_cast<size_t>(scale_inv_index(r, c, cols, mode))];
+        a = std::max(a, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+      }
+    for (int64_t i = 0; i < ns; ++i)
+      scale[static_cast<size_t>(i)] =
+          scale_from_amax(amax[static_cast<size_t>(i)], static_cast<float>(fp8_max(dt)), pow2, eps);
+  }
+  for (int64_t i = 0; i < ns; ++i) q.scale_inv[static_cast<size_t>(i)] = 1.0f / scale[static_cast<size_t>(i)];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float s = scale[static_cast<size_t>(scale_inv_index(r, c, cols, mode))];
+      q.bytes[static_cast<size_t>(r * cols + c)] = fp8_encode(x[static_cast<size_t>(r * cols + c)] * s, dt);
+    }
+  return q;
+}
+
+// Compares two FP8 tensors seen as [rows, cols] matrices: dtype and scaling mode, scale_invs bit
+// for bit, codes by their values (so +0/-0 compare equal, NaN equals NaN).
+inline ::testing::AssertionResult SameQuantization(const HostTensor &got, const HostTensor &want) {
+  if (got.rows() != want.rows() || got.cols() != want.cols())
+    return ::testing::AssertionFailure() << "shape [" << got.rows() << "," << got.cols()
+                                         << "] vs expected [" << want.rows() << "," << want.cols()
+                                         << "]";
+  if (got.t.dtype != want.t.dtype)
+    return ::testing::AssertionFailure()
+           << "dtype " << dtype_name(got.t.dtype) << " vs expected " << dtype_name(want.t.dtype);
+  if (got.t.scaling != want.t.scaling)
+    return ::testing::AssertionFailure() << "scaling mode " << got.t.scaling << " vs expected "
+                                         << want.t.scaling;
+  for (size_t i = 0; i < want.scale_inv.size(); ++i)
+    if (float_to_bits(got.scale_inv[i]) != float_to_bits(want.scale_inv[i]))
+      return ::testing::AssertionFailure()
+             << "scale_inv[" << i << "] = " << got.scale_inv[i] << " (0x" << std::hex
+             << float_to_bits(got.scale_inv[i]) << std::dec << "), expected " << want.scale_inv[i]
+             << " (0x" << std::hex << float_to_bits(want.scale_inv[i]) << std::dec << ")";
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.at(i), w = want.at(i);
+    if (!(g == w || (std::isnan(g) && std::isnan(w)))) {
+      if (bad++ < 4)
+        first << " [" << i / want.cols() << "," << i % want.cols() << "]: code 0x" << std::hex
+              << int(got.code(i)) << " (" << g << ") vs expected 0x" << int(want.code(i))
+              << std::dec << " (" << w << ");";
+    }
+  }
+  if (bad)
+    return ::testing::AssertionFailure() << bad << " of " << want.numel()
+                                         << " codes differ:" << first.str();
+  return ::testing::AssertionSuccess();
+}
+
+inline std::vector<float> transpose(const std::vector<float> &x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  return t;
+}
+inline std::vector<double> to_double(const std::vector<float> &v) {
+  return std::vector<double>(v.begin(), v.end());
 }
 
 // D[m, n] = op(A)[m, k] op(B)[k, n] in fp64 over row-major storage: A is [m, k] ([k, m] when

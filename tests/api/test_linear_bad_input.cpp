@@ -7,7 +7,7 @@
 
 #include <functional>
 
-namespace lt = linear_test;
+namespace lt = te_test;
 
 namespace {
 
@@ -26,21 +26,21 @@ void poke_enum(E *field, int32_t v) {
 
 class LinearBadInput : public ::testing::Test {
  protected:
-  lt::CtxPtr ctx = lt::make_cpu_ctx();
-  lt::LinPtr lin = lt::make_linear(ctx.get(), kIn, kOut, 1, kAct);
-  lt::LinPtr nobias = lt::make_linear(ctx.get(), kIn, kOut, 0, kAct);
+  lt::ContextPtr ctx = lt::make_cpu_context();
+  lt::LinearPtr lin = lt::make_linear(ctx.get(), kIn, kOut, 1, kAct);
+  lt::LinearPtr nobias = lt::make_linear(ctx.get(), kIn, kOut, 0, kAct);
   lt::RecipePtr recipe = lt::make_recipe(TE_RECIPE_DELAYED_SCALING, 16);
-  lt::HostTensor x = lt::random_tensor(kAct, {kT, kIn}, 1.0f, 1);
-  lt::HostTensor w = lt::random_tensor(kAct, {kOut, kIn}, 1.0f, 2);
-  lt::HostTensor b = lt::random_tensor(kAct, {kOut}, 1.0f, 3);
-  lt::HostTensor dy = lt::random_tensor(kAct, {kT, kOut}, 0.1f, 4);
+  lt::HostTensor x = lt::random_tensor(kAct, {kT, kIn}, -1.0f, 1.0f, 1);
+  lt::HostTensor w = lt::random_tensor(kAct, {kOut, kIn}, -1.0f, 1.0f, 2);
+  lt::HostTensor b = lt::random_tensor(kAct, {kOut}, -1.0f, 1.0f, 3);
+  lt::HostTensor dy = lt::random_tensor(kAct, {kT, kOut}, -0.1f, 0.1f, 4);
 
   te_linear_forward_args args(bool with_bias = true) {
     te_linear_forward_args fa;
     te_linear_forward_args_init(&fa);
-    fa.input = x.t();
-    fa.weight = w.t();
-    fa.bias = with_bias ? b.t() : nullptr;
+    fa.input = x.get();
+    fa.weight = w.get();
+    fa.bias = with_bias ? b.get() : nullptr;
     return fa;
   }
 
@@ -58,10 +58,10 @@ class LinearBadInput : public ::testing::Test {
       const std::vector<unsigned char> state_before = lt::saved_state(ctx.get(), state_of);
       std::vector<unsigned char> y_before;
       if (y) y_before.assign(static_cast<unsigned char *>(y->data),
-                             static_cast<unsigned char *>(y->data) + te_tensor_numel(y) * lt::dtype_bytes(y->dtype));
+                             static_cast<unsigned char *>(y->data) + te_tensor_numel(y) * lt::dtype_size(y->dtype));
       {
-        std::unique_ptr<lt::Scope> scope;
-        if (fp8) scope.reset(new lt::Scope(ctx.get(), recipe.get()));
+        std::unique_ptr<lt::AutocastScope> scope;
+        if (fp8) scope.reset(new lt::AutocastScope(ctx.get(), recipe.get()));
         te_linear_residuals res;
         std::memset(&res, 0x3C, sizeof res);
         res.struct_size = sizeof res;
@@ -157,35 +157,35 @@ TEST_F(LinearBadInput, ForwardNullHandlesAndArgs) {
   {
     te_linear_residuals res{};
     res.struct_size = sizeof res;
-    EXPECT_TRUE(lt::IsError(te_linear_forward_compute(nullptr, lin.get(), &fa, y.t(), &res),
+    EXPECT_TRUE(lt::IsError(te_linear_forward_compute(nullptr, lin.get(), &fa, y.get(), &res),
                             TE_ERROR_INVALID_ARGUMENT, "te_linear_forward_compute", "ctx"));
     te_linear_backward_ctx *out = nullptr;
-    EXPECT_TRUE(lt::IsError(te_linear_forward(nullptr, lin.get(), &fa, y.t(), &out), TE_ERROR_INVALID_ARGUMENT,
+    EXPECT_TRUE(lt::IsError(te_linear_forward(nullptr, lin.get(), &fa, y.get(), &out), TE_ERROR_INVALID_ARGUMENT,
                             "te_linear_forward", "ctx"));
     EXPECT_EQ(out, nullptr);
   }
-  expect_forward_fails(nullptr, &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "lin");
-  expect_forward_fails(as_linear(recipe.get()), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "lin");
-  expect_forward_fails(lin.get(), nullptr, y.t(), TE_ERROR_INVALID_ARGUMENT, "args");
+  expect_forward_fails(nullptr, &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "lin");
+  expect_forward_fails(as_linear(recipe.get()), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "lin");
+  expect_forward_fails(lin.get(), nullptr, y.get(), TE_ERROR_INVALID_ARGUMENT, "args");
   expect_forward_fails(lin.get(), &fa, nullptr, TE_ERROR_INVALID_ARGUMENT, "y");
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "residuals", true, nullptr,
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "residuals", true, nullptr,
                        /*null_residuals=*/true);
   {
     te_linear_backward_ctx **no_out = nullptr;
-    EXPECT_TRUE(lt::IsError(te_linear_forward(ctx.get(), lin.get(), &fa, y.t(), no_out), TE_ERROR_INVALID_ARGUMENT,
+    EXPECT_TRUE(lt::IsError(te_linear_forward(ctx.get(), lin.get(), &fa, y.get(), no_out), TE_ERROR_INVALID_ARGUMENT,
                             "te_linear_forward", "out"));
   }
   te_linear_forward_args bad = fa;
   bad.struct_size = 0;
-  expect_forward_fails(lin.get(), &bad, y.t(), TE_ERROR_INVALID_ARGUMENT, "args");
+  expect_forward_fails(lin.get(), &bad, y.get(), TE_ERROR_INVALID_ARGUMENT, "args");
   bad.struct_size = sizeof bad - 1;
-  expect_forward_fails(lin.get(), &bad, y.t(), TE_ERROR_INVALID_ARGUMENT, "args");
+  expect_forward_fails(lin.get(), &bad, y.get(), TE_ERROR_INVALID_ARGUMENT, "args");
   bad = fa;
   bad.input = nullptr;
-  expect_forward_fails(lin.get(), &bad, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
+  expect_forward_fails(lin.get(), &bad, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
   bad = fa;
   bad.weight = nullptr;
-  expect_forward_fails(lin.get(), &bad, y.t(), TE_ERROR_INVALID_ARGUMENT, "weight");
+  expect_forward_fails(lin.get(), &bad, y.get(), TE_ERROR_INVALID_ARGUMENT, "weight");
 }
 
 TEST_F(LinearBadInput, ForwardWrongDtypes) {
@@ -195,39 +195,39 @@ TEST_F(LinearBadInput, ForwardWrongDtypes) {
       y32(TE_DTYPE_F32, {kT, kOut});
   y32.fill_byte(0x77);
   te_linear_forward_args fa = args();
-  fa.input = x32.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
+  fa.input = x32.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
   fa = args();
-  fa.weight = w32.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "weight");
+  fa.weight = w32.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "weight");
   fa = args();
-  fa.bias = b32.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "bias");
+  fa.bias = b32.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "bias");
   fa = args();
-  expect_forward_fails(lin.get(), &fa, y32.t(), TE_ERROR_INVALID_ARGUMENT, "y");
+  expect_forward_fails(lin.get(), &fa, y32.get(), TE_ERROR_INVALID_ARGUMENT, "y");
   // A device the context is not on.
   fa = args();
-  te_tensor xc = *x.t();
+  te_tensor xc = *x.get();
   xc.device.type = TE_DEVICE_CUDA;
   fa.input = &xc;
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
   // Malformed tensors.
-  te_tensor xn = *x.t();
+  te_tensor xn = *x.get();
   xn.data = nullptr;
   fa.input = &xn;
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
-  te_tensor x0 = *x.t();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
+  te_tensor x0 = *x.get();
   x0.ndim = 0;
   fa.input = &x0;
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
-  te_tensor x9 = *x.t();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
+  te_tensor x9 = *x.get();
   x9.ndim = TE_MAX_DIMS + 1;
   fa.input = &x9;
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
-  te_tensor xd = *x.t();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
+  te_tensor xd = *x.get();
   poke_enum(&xd.dtype, 77);
   fa.input = &xd;
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
 }
 
 TEST_F(LinearBadInput, ForwardWrongShapes) {
@@ -243,31 +243,31 @@ TEST_F(LinearBadInput, ForwardWrongShapes) {
   lt::HostTensor y_wide(kAct, {kT, kOut + 16});
   lt::HostTensor y_short(kAct, {kT - 16, kOut});
   for (lt::HostTensor *t : {&y_wide, &y_short}) t->fill_byte(0x77);
-  fa.input = x_wide.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "input");
+  fa.input = x_wide.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "input");
   fa = args();
-  fa.weight = w_swapped.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "weight");
-  fa.weight = w_flat.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "weight");
-  fa.weight = w_wide.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "weight");
+  fa.weight = w_swapped.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "weight");
+  fa.weight = w_flat.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "weight");
+  fa.weight = w_wide.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "weight");
   fa = args();
-  fa.bias = b_long.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "bias");
-  fa.bias = b_2d.t();
-  expect_forward_fails(lin.get(), &fa, y.t(), TE_ERROR_INVALID_ARGUMENT, "bias");
+  fa.bias = b_long.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "bias");
+  fa.bias = b_2d.get();
+  expect_forward_fails(lin.get(), &fa, y.get(), TE_ERROR_INVALID_ARGUMENT, "bias");
   fa = args();
-  expect_forward_fails(lin.get(), &fa, y_wide.t(), TE_ERROR_INVALID_ARGUMENT, "y");
-  expect_forward_fails(lin.get(), &fa, y_short.t(), TE_ERROR_INVALID_ARGUMENT, "y");
+  expect_forward_fails(lin.get(), &fa, y_wide.get(), TE_ERROR_INVALID_ARGUMENT, "y");
+  expect_forward_fails(lin.get(), &fa, y_short.get(), TE_ERROR_INVALID_ARGUMENT, "y");
 }
 
 TEST_F(LinearBadInput, ForwardBiasPresenceMustMatchLayer) {
   lt::HostTensor y(kAct, {kT, kOut});
   y.fill_byte(0x77);
   te_linear_forward_args with_bias = args(true), without_bias = args(false);
-  expect_forward_fails(nobias.get(), &with_bias, y.t(), TE_ERROR_INVALID_ARGUMENT, "bias");
-  expect_forward_fails(lin.get(), &without_bias, y.t(), TE_ERROR_INVALID_ARGUMENT, "bias");
+  expect_forward_fails(nobias.get(), &with_bias, y.get(), TE_ERROR_INVALID_ARGUMENT, "bias");
+  expect_forward_fails(lin.get(), &without_bias, y.get(), TE_ERROR_INVALID_ARGUMENT, "bias");
 }
 
 // FP8 needs tokens, in and out to be multiples of 16: UNSUPPORTED inside an FP8 scope (with no
@@ -280,22 +280,22 @@ TEST_F(LinearBadInput, Fp8DimsNotMultipleOf16AreUnsupported) {
   const Case cases[] = {{"tokens 24", 24, 32, 16}, {"in 24", 32, 24, 16}, {"out 24", 32, 32, 24}, {"tokens 8", 8, 32, 16}};
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);
-    lt::LinPtr l = lt::make_linear(ctx.get(), c.in, c.out, 1, kAct);
-    lt::HostTensor xx = lt::random_tensor(kAct, {c.tokens, c.in}, 1.0f, 5);
-    lt::HostTensor ww = lt::random_tensor(kAct, {c.out, c.in}, 1.0f, 6);
-    lt::HostTensor bb = lt::random_tensor(kAct, {c.out}, 1.0f, 7);
+    lt::LinearPtr l = lt::make_linear(ctx.get(), c.in, c.out, 1, kAct);
+    lt::HostTensor xx = lt::random_tensor(kAct, {c.tokens, c.in}, -1.0f, 1.0f, 5);
+    lt::HostTensor ww = lt::random_tensor(kAct, {c.out, c.in}, -1.0f, 1.0f, 6);
+    lt::HostTensor bb = lt::random_tensor(kAct, {c.out}, -1.0f, 1.0f, 7);
     lt::HostTensor y(kAct, {c.tokens, c.out});
     y.fill_byte(0x77);
     te_linear_forward_args fa;
     te_linear_forward_args_init(&fa);
-    fa.input = xx.t();
-    fa.weight = ww.t();
-    fa.bias = bb.t();
-    expect_forward_fails(l.get(), &fa, y.t(), TE_ERROR_UNSUPPORTED, nullptr, /*also_high_precision=*/false);
+    fa.input = xx.get();
+    fa.weight = ww.get();
+    fa.bias = bb.get();
+    expect_forward_fails(l.get(), &fa, y.get(), TE_ERROR_UNSUPPORTED, nullptr, /*also_high_precision=*/false);
     // The same call in high precision works.
     te_linear_residuals res{};
     res.struct_size = sizeof res;
-    EXPECT_EQ(te_linear_forward_compute(ctx.get(), l.get(), &fa, y.t(), &res), TE_SUCCESS) << te_last_error();
+    EXPECT_EQ(te_linear_forward_compute(ctx.get(), l.get(), &fa, y.get(), &res), TE_SUCCESS) << te_last_error();
     te_linear_residuals_release(&res);
   }
 }
@@ -305,8 +305,8 @@ TEST_F(LinearBadInput, ForwardSave) {
   te_linear_forward_args fa = args();
   te_linear_residuals res{};
   res.struct_size = sizeof res;
-  lt::Scope scope(ctx.get(), recipe.get());
-  ASSERT_EQ(te_linear_forward_compute(ctx.get(), lin.get(), &fa, y.t(), &res), TE_SUCCESS) << te_last_error();
+  lt::AutocastScope scope(ctx.get(), recipe.get());
+  ASSERT_EQ(te_linear_forward_compute(ctx.get(), lin.get(), &fa, y.get(), &res), TE_SUCCESS) << te_last_error();
   const te_linear_residuals before = res;
   te_linear_backward_ctx *const sentinel = reinterpret_cast<te_linear_backward_ctx *>(0xdef0);
   te_linear_backward_ctx *out = sentinel;
@@ -342,7 +342,7 @@ class LinearBadBackward : public LinearBadInput {
     auto snap = [](te_tensor *t) {
       if (!t || !t->data) return std::vector<unsigned char>();
       const unsigned char *p = static_cast<unsigned char *>(t->data);
-      return std::vector<unsigned char>(p, p + te_tensor_numel(t) * lt::dtype_bytes(t->dtype));
+      return std::vector<unsigned char>(p, p + te_tensor_numel(t) * lt::dtype_size(t->dtype));
     };
     const auto dx0 = snap(dx), dw0 = snap(dw), db0 = snap(db);
     EXPECT_TRUE(lt::IsError(te_linear_backward(c, bwd, d, dx, dw, db, a), TE_ERROR_INVALID_ARGUMENT,
@@ -359,11 +359,11 @@ TEST_F(LinearBadBackward, EveryArgument) {
   te_linear_forward_args fa = args(), fa_nb = args(false);
   te_linear_backward_ctx *raw = nullptr, *raw_nb = nullptr;
   {
-    lt::Scope scope(ctx.get(), recipe.get());
-    ASSERT_EQ(te_linear_forward(ctx.get(), lin.get(), &fa, y.t(), &raw), TE_SUCCESS) << te_last_error();
-    ASSERT_EQ(te_linear_forward(ctx.get(), nobias.get(), &fa_nb, y.t(), &raw_nb), TE_SUCCESS) << te_last_error();
+    lt::AutocastScope scope(ctx.get(), recipe.get());
+    ASSERT_EQ(te_linear_forward(ctx.get(), lin.get(), &fa, y.get(), &raw), TE_SUCCESS) << te_last_error();
+    ASSERT_EQ(te_linear_forward(ctx.get(), nobias.get(), &fa_nb, y.get(), &raw_nb), TE_SUCCESS) << te_last_error();
   }
-  lt::BwdPtr bwd(raw), bwd_nb(raw_nb);
+  lt::BackwardPtr bwd(raw), bwd_nb(raw_nb);
   lt::HostTensor dx(kAct, {kT, kIn}), dw(kAct, {kOut, kIn}), db(kAct, {kOut});
   for (lt::HostTensor *t : {&dx, &dw, &db}) t->fill_byte(0x77);
   lt::HostTensor dy32(TE_DTYPE_F32, {kT, kOut}), dx32(TE_DTYPE_F32, {kT, kIn}), dw32(TE_DTYPE_F32, {kOut, kIn}),
@@ -379,49 +379,49 @@ TEST_F(LinearBadBackward, EveryArgument) {
   te_linear *l = lin.get();
   auto B = bwd.get();
 
-  expect_backward_fails(nullptr, B, l, dy.t(), dx.t(), dw.t(), db.t(), &once, "ctx");
-  expect_backward_fails(c, nullptr, l, dy.t(), dx.t(), dw.t(), db.t(), &once, "bwd");
-  expect_backward_fails(c, reinterpret_cast<te_linear_backward_ctx *>(recipe.get()), l, dy.t(), dx.t(), dw.t(),
-                        db.t(), &once, "bwd");
-  expect_backward_fails(c, B, l, nullptr, dx.t(), dw.t(), db.t(), &once, "dy");
-  expect_backward_fails(c, B, l, dy.t(), dx.t(), dw.t(), db.t(), &bad_args, "args");
-  expect_backward_fails(c, B, l, dy32.t(), dx.t(), dw.t(), db.t(), &once, "dy");
-  expect_backward_fails(c, B, l, dy_wide.t(), dx.t(), dw.t(), db.t(), &once, "dy");
-  expect_backward_fails(c, B, l, dy_short.t(), dx.t(), dw.t(), db.t(), &once, "dy");
-  expect_backward_fails(c, B, l, dy.t(), dx32.t(), dw.t(), db.t(), &once, "dx");
-  expect_backward_fails(c, B, l, dy.t(), dx_bad.t(), dw.t(), db.t(), &once, "dx");
-  expect_backward_fails(c, B, l, dy.t(), dx.t(), dw32.t(), db.t(), &once, "dw");
-  expect_backward_fails(c, B, l, dy.t(), dx.t(), dw_swapped.t(), db.t(), &once, "dw");
-  expect_backward_fails(c, B, l, dy.t(), dx.t(), dw.t(), db32.t(), &once, "db");
-  expect_backward_fails(c, B, l, dy.t(), dx.t(), dw.t(), db_long.t(), &once, "db");
-  te_tensor dx_cuda = *dx.t();
+  expect_backward_fails(nullptr, B, l, dy.get(), dx.get(), dw.get(), db.get(), &once, "ctx");
+  expect_backward_fails(c, nullptr, l, dy.get(), dx.get(), dw.get(), db.get(), &once, "bwd");
+  expect_backward_fails(c, reinterpret_cast<te_linear_backward_ctx *>(recipe.get()), l, dy.get(), dx.get(), dw.get(),
+                        db.get(), &once, "bwd");
+  expect_backward_fails(c, B, l, nullptr, dx.get(), dw.get(), db.get(), &once, "dy");
+  expect_backward_fails(c, B, l, dy.get(), dx.get(), dw.get(), db.get(), &bad_args, "args");
+  expect_backward_fails(c, B, l, dy32.get(), dx.get(), dw.get(), db.get(), &once, "dy");
+  expect_backward_fails(c, B, l, dy_wide.get(), dx.get(), dw.get(), db.get(), &once, "dy");
+  expect_backward_fails(c, B, l, dy_short.get(), dx.get(), dw.get(), db.get(), &once, "dy");
+  expect_backward_fails(c, B, l, dy.get(), dx32.get(), dw.get(), db.get(), &once, "dx");
+  expect_backward_fails(c, B, l, dy.get(), dx_bad.get(), dw.get(), db.get(), &once, "dx");
+  expect_backward_fails(c, B, l, dy.get(), dx.get(), dw32.get(), db.get(), &once, "dw");
+  expect_backward_fails(c, B, l, dy.get(), dx.get(), dw_swapped.get(), db.get(), &once, "dw");
+  expect_backward_fails(c, B, l, dy.get(), dx.get(), dw.get(), db32.get(), &once, "db");
+  expect_backward_fails(c, B, l, dy.get(), dx.get(), dw.get(), db_long.get(), &once, "db");
+  te_tensor dx_cuda = *dx.get();
   dx_cuda.device.type = TE_DEVICE_CUDA;
-  expect_backward_fails(c, B, l, dy.t(), &dx_cuda, dw.t(), db.t(), &once, "dx");
+  expect_backward_fails(c, B, l, dy.get(), &dx_cuda, dw.get(), db.get(), &once, "dx");
   // db for a layer without bias.
-  expect_backward_fails(c, bwd_nb.get(), nobias.get(), dy.t(), dx.t(), dw.t(), db.t(), &once, "db");
+  expect_backward_fails(c, bwd_nb.get(), nobias.get(), dy.get(), dx.get(), dw.get(), db.get(), &once, "db");
 
   // After all that, the (ONCE) backward still runs, and then the context is spent.
-  EXPECT_EQ(te_linear_backward(c, B, dy.t(), dx.t(), dw.t(), db.t(), &once), TE_SUCCESS) << te_last_error();
-  EXPECT_EQ(te_linear_backward(c, bwd_nb.get(), dy.t(), dx.t(), dw.t(), nullptr, &once), TE_SUCCESS)
+  EXPECT_EQ(te_linear_backward(c, B, dy.get(), dx.get(), dw.get(), db.get(), &once), TE_SUCCESS) << te_last_error();
+  EXPECT_EQ(te_linear_backward(c, bwd_nb.get(), dy.get(), dx.get(), dw.get(), nullptr, &once), TE_SUCCESS)
       << te_last_error();
 }
 
 TEST_F(LinearBadBackward, FusedWgradNeedsF32MainGrad) {
-  lt::LinPtr fused = lt::make_linear(ctx.get(), kIn, kOut, 1, kAct, /*fuse_wgrad=*/1);
+  lt::LinearPtr fused = lt::make_linear(ctx.get(), kIn, kOut, 1, kAct, /*fuse_wgrad=*/1);
   lt::HostTensor y(kAct, {kT, kOut});
   te_linear_forward_args fa = args();
   te_linear_backward_ctx *raw = nullptr;
   {
-    lt::Scope scope(ctx.get(), recipe.get());
-    ASSERT_EQ(te_linear_forward(ctx.get(), fused.get(), &fa, y.t(), &raw), TE_SUCCESS) << te_last_error();
+    lt::AutocastScope scope(ctx.get(), recipe.get());
+    ASSERT_EQ(te_linear_forward(ctx.get(), fused.get(), &fa, y.get(), &raw), TE_SUCCESS) << te_last_error();
   }
-  lt::BwdPtr bwd(raw);
+  lt::BackwardPtr bwd(raw);
   lt::HostTensor dw_bf16(kAct, {kOut, kIn}), dw_bad(TE_DTYPE_F32, {kIn, kOut}), main_grad(TE_DTYPE_F32, {kOut, kIn});
   dw_bf16.fill_byte(0x77);
   dw_bad.fill_byte(0x77);
-  expect_backward_fails(ctx.get(), bwd.get(), fused.get(), dy.t(), nullptr, dw_bf16.t(), nullptr, nullptr, "dw");
-  expect_backward_fails(ctx.get(), bwd.get(), fused.get(), dy.t(), nullptr, dw_bad.t(), nullptr, nullptr, "dw");
-  EXPECT_EQ(te_linear_backward(ctx.get(), bwd.get(), dy.t(), nullptr, main_grad.t(), nullptr, nullptr), TE_SUCCESS)
+  expect_backward_fails(ctx.get(), bwd.get(), fused.get(), dy.get(), nullptr, dw_bf16.get(), nullptr, nullptr, "dw");
+  expect_backward_fails(ctx.get(), bwd.get(), fused.get(), dy.get(), nullptr, dw_bad.get(), nullptr, nullptr, "dw");
+  EXPECT_EQ(te_linear_backward(ctx.get(), bwd.get(), dy.get(), nullptr, main_grad.get(), nullptr, nullptr), TE_SUCCESS)
       << te_last_error();
 }
 

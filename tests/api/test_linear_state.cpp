@@ -5,7 +5,7 @@
 // run reproducing the uninterrupted one bit for bit.
 #include "linear_test_util.h"
 
-namespace lt = linear_test;
+namespace lt = te_test;
 
 namespace {
 
@@ -14,37 +14,37 @@ constexpr int kHist = 16;
 
 float amax_of(const lt::HostTensor &t) {
   float a = 0.0f;
-  for (float v : t.values()) a = std::max(a, std::fabs(v));
+  for (float v : t.values_f32()) a = std::max(a, std::fabs(v));
   return a;
 }
 
 struct Fixture {
-  lt::CtxPtr ctx = lt::make_cpu_ctx();
+  lt::ContextPtr ctx = lt::make_cpu_context();
   lt::RecipePtr recipe;
-  lt::LinPtr lin;
+  lt::LinearPtr lin;
   lt::HostTensor w, b;
   explicit Fixture(te_amax_algo algo = TE_AMAX_MAX, te_dtype act = TE_DTYPE_BF16)
       : recipe(lt::make_recipe(TE_RECIPE_DELAYED_SCALING, kHist, algo)),
         lin(lt::make_linear(ctx.get(), kIn, kOut, 1, act)),
-        w(lt::random_tensor(act, {kOut, kIn}, 0.5f, 31)),
-        b(lt::random_tensor(act, {kOut}, 1.0f, 32)) {}
+        w(lt::random_tensor(act, {kOut, kIn}, -0.5f, 0.5f, 31)),
+        b(lt::random_tensor(act, {kOut}, -1.0f, 1.0f, 32)) {}
 
   // forward_compute + save; returns the backward context.
-  lt::BwdPtr forward(te_linear *l, lt::HostTensor &x) {
-    lt::HostTensor y(x.dtype, {kTokens, kOut});
+  lt::BackwardPtr forward(te_linear *l, lt::HostTensor &x) {
+    lt::HostTensor y(x.t.dtype, {kTokens, kOut});
     te_linear_forward_args fa;
     te_linear_forward_args_init(&fa);
-    fa.input = x.t();
-    fa.weight = w.t();
-    fa.bias = b.t();
+    fa.input = x.get();
+    fa.weight = w.get();
+    fa.bias = b.get();
     te_linear_backward_ctx *raw = nullptr;
-    te_status s = te_linear_forward(ctx.get(), l, &fa, y.t(), &raw);
+    te_status s = te_linear_forward(ctx.get(), l, &fa, y.get(), &raw);
     EXPECT_EQ(s, TE_SUCCESS) << te_last_error();
-    return lt::BwdPtr(raw);
+    return lt::BackwardPtr(raw);
   }
   void backward(te_linear_backward_ctx *bwd, lt::HostTensor &dy) {
-    lt::HostTensor dx(dy.dtype, {kTokens, kIn}), dw(dy.dtype, {kOut, kIn});
-    te_status s = te_linear_backward(ctx.get(), bwd, dy.t(), dx.t(), dw.t(), nullptr, nullptr);
+    lt::HostTensor dx(dy.t.dtype, {kTokens, kIn}), dw(dy.t.dtype, {kOut, kIn});
+    te_status s = te_linear_backward(ctx.get(), bwd, dy.get(), dx.get(), dw.get(), nullptr, nullptr);
     EXPECT_EQ(s, TE_SUCCESS) << te_last_error();
   }
   te_context_stats stats() {
@@ -65,17 +65,17 @@ struct RefState {
   }
 };
 
-::testing::AssertionResult Matches(const lt::StateSnapshot &s, const RefState &r) {
+::testing::AssertionResult Matches(const lt::ScalingSnapshot &s, const RefState &r) {
   if (s.info.amax_history_len != kHist)
     return ::testing::AssertionFailure() << "amax_history_len " << s.info.amax_history_len
                                          << ", expected " << kHist;
-  if (lt::f32_bits(s.info.scale) != lt::f32_bits(r.scale))
+  if (lt::float_to_bits(s.info.scale) != lt::float_to_bits(r.scale))
     return ::testing::AssertionFailure() << "scale " << s.info.scale << ", expected " << r.scale;
-  if (lt::f32_bits(s.info.scale_inv) != lt::f32_bits(1.0f / r.scale))
+  if (lt::float_to_bits(s.info.scale_inv) != lt::float_to_bits(1.0f / r.scale))
     return ::testing::AssertionFailure() << "scale_inv " << s.info.scale_inv << ", expected "
                                          << 1.0f / r.scale;
   for (int i = 0; i < kHist; ++i)
-    if (lt::f32_bits(s.history[i]) != lt::f32_bits(r.hist[i]))
+    if (lt::float_to_bits(s.history[i]) != lt::float_to_bits(r.hist[i]))
       return ::testing::AssertionFailure() << "history[" << i << "] = " << s.history[i]
                                            << ", expected " << r.hist[i];
   return ::testing::AssertionSuccess();
@@ -84,7 +84,7 @@ struct RefState {
 TEST(LinearState, FreshLayerHasUnitScalesAndNoHistory) {
   Fixture f;
   for (te_tensor_role role : {TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT}) {
-    const lt::StateSnapshot s = lt::get_state(f.ctx.get(), f.lin.get(), role);
+    const lt::ScalingSnapshot s = lt::live_scaling_state(f.ctx.get(), f.lin.get(), role);
     EXPECT_EQ(s.info.scale, 1.0f) << "role " << role;
     EXPECT_EQ(s.info.scale_inv, 1.0f) << "role " << role;
     EXPECT_EQ(s.info.amax_history_len, 0) << "role " << role;
@@ -95,24 +95,24 @@ TEST(LinearState, FreshLayerHasUnitScalesAndNoHistory) {
 // history, roll (slot 0 -> last slot), slot 0 zeroed. One bucket -> one fused update.
 TEST(LinearState, DelayedScalingRecordsAmaxAndUpdatesAtScopeEnd) {
   Fixture f;
-  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 41);
-  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 0.25f, 42);
+  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 41);
+  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -0.25f, 0.25f, 42);
   RefState rin, rw;
   const te_context_stats st0 = f.stats();
   {
-    lt::Scope s(f.ctx.get(), f.recipe.get());
-    lt::BwdPtr bwd = f.forward(f.lin.get(), x1);
+    lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+    lt::BackwardPtr bwd = f.forward(f.lin.get(), x1);
     rin.record(amax_of(x1));
     rw.record(amax_of(f.w));
-    const lt::StateSnapshot in = lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT);
+    const lt::ScalingSnapshot in = lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT);
     EXPECT_TRUE(Matches(in, rin)) << "INPUT inside the scope, before its end";
     EXPECT_EQ(in.info.fp8_dtype, TE_DTYPE_E4M3);
-    EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw));
+    EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw));
   }
   rin.update(448.0f);
   rw.update(448.0f);
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "INPUT after end";
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw)) << "WEIGHT after end";
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "INPUT after end";
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw)) << "WEIGHT after end";
   EXPECT_EQ(rin.scale, 448.0f / amax_of(x1));
   const te_context_stats st1 = f.stats();
   EXPECT_EQ(st1.scopes_closed - st0.scopes_closed, 1u);
@@ -121,92 +121,92 @@ TEST(LinearState, DelayedScalingRecordsAmaxAndUpdatesAtScopeEnd) {
 
   // Second pass, smaller amax: MAX over the history keeps the first pass's amax.
   {
-    lt::Scope s(f.ctx.get(), f.recipe.get());
-    lt::BwdPtr bwd = f.forward(f.lin.get(), x2);
+    lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+    lt::BackwardPtr bwd = f.forward(f.lin.get(), x2);
   }
   rin.record(amax_of(x2));
   rw.record(amax_of(f.w));
   rin.update(448.0f);
   rw.update(448.0f);
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "INPUT, pass 2";
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw)) << "WEIGHT, pass 2";
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "INPUT, pass 2";
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_WEIGHT), rw)) << "WEIGHT, pass 2";
   EXPECT_EQ(rin.scale, 448.0f / amax_of(x1));
 
   // A scope in which the layer is not used: no update, no roll.
-  { lt::Scope s(f.ctx.get(), f.recipe.get()); }
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "unused scope";
+  { lt::AutocastScope s(f.ctx.get(), f.recipe.get()); }
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin)) << "unused scope";
 }
 
 TEST(LinearState, MostRecentAlgoUsesSlotZeroOnly) {
   Fixture f(TE_AMAX_MOST_RECENT);
-  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 43);
-  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 0.25f, 44);
+  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 43);
+  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -0.25f, 0.25f, 44);
   RefState rin;
   for (lt::HostTensor *x : {&x1, &x2}) {
     {
-      lt::Scope s(f.ctx.get(), f.recipe.get());
-      lt::BwdPtr bwd = f.forward(f.lin.get(), *x);
+      lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+      lt::BackwardPtr bwd = f.forward(f.lin.get(), *x);
     }
     rin.record(amax_of(*x));
     rin.update(448.0f, /*most_recent=*/true);
   }
   EXPECT_EQ(rin.scale, 448.0f / amax_of(x2));
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin));
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin));
 }
 
 // A layer used twice in one scope: the amaxes accumulate by max.
 TEST(LinearState, LayerUsedTwiceInOneScopeAccumulatesAmaxByMax) {
   Fixture f;
-  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 0.5f, 45);
-  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 3.0f, 46);
-  lt::HostTensor x3 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 1.0f, 47);
+  lt::HostTensor x1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -0.5f, 0.5f, 45);
+  lt::HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -3.0f, 3.0f, 46);
+  lt::HostTensor x3 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -1.0f, 1.0f, 47);
   RefState rin;
   {
-    lt::Scope s(f.ctx.get(), f.recipe.get());
-    lt::BwdPtr b1 = f.forward(f.lin.get(), x1);
-    lt::BwdPtr b2 = f.forward(f.lin.get(), x2);
-    lt::BwdPtr b3 = f.forward(f.lin.get(), x3);
+    lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+    lt::BackwardPtr b1 = f.forward(f.lin.get(), x1);
+    lt::BackwardPtr b2 = f.forward(f.lin.get(), x2);
+    lt::BackwardPtr b3 = f.forward(f.lin.get(), x3);
   }
   rin.record(amax_of(x1));
   rin.record(amax_of(x2));
   rin.record(amax_of(x3));
   rin.update(448.0f);
   EXPECT_EQ(rin.scale, 448.0f / amax_of(x2));
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin));
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin));
 }
 
 // Only the outermost enabled scope's end updates; an enabled scope nested in a disabled one is
 // "outermost enabled" and updates at its own end.
 TEST(LinearState, OnlyOutermostEnabledScopeEndUpdates) {
   Fixture f;
-  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 48);
+  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 48);
   RefState rin;
   {
-    lt::Scope outer(f.ctx.get(), f.recipe.get());
+    lt::AutocastScope outer(f.ctx.get(), f.recipe.get());
     {
-      lt::Scope inner(f.ctx.get(), f.recipe.get());
-      lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+      lt::AutocastScope inner(f.ctx.get(), f.recipe.get());
+      lt::BackwardPtr bwd = f.forward(f.lin.get(), x);
     }
     rin.record(amax_of(x));
-    EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
+    EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
         << "after the inner end: not updated yet";
   }
   rin.update(448.0f);
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
       << "after the outer end";
 
   {
-    lt::Scope outer(f.ctx.get(), f.recipe.get(), /*enabled=*/0);
+    lt::AutocastScope outer(f.ctx.get(), f.recipe.get(), /*enabled=*/0);
     {
-      lt::Scope inner(f.ctx.get(), f.recipe.get());
-      lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+      lt::AutocastScope inner(f.ctx.get(), f.recipe.get());
+      lt::BackwardPtr bwd = f.forward(f.lin.get(), x);
     }
     rin.record(amax_of(x));
     rin.update(448.0f);
-    EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
+    EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
         << "enabled scope inside a disabled one updates at its own end";
   }
-  EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
+  EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT), rin))
       << "the disabled outer scope's end changes nothing";
 }
 
@@ -214,20 +214,20 @@ TEST(LinearState, OnlyOutermostEnabledScopeEndUpdates) {
 // backward (E5M2 under HYBRID: scale = 57344 / amax).
 TEST(LinearState, GradOutputUpdatedAfterSingleLayerBackward) {
   Fixture f;
-  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 49);
-  lt::HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, 0.01f, 50);
-  lt::BwdPtr bwd;
+  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 49);
+  lt::HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, -0.01f, 0.01f, 50);
+  lt::BackwardPtr bwd;
   {
-    lt::Scope s(f.ctx.get(), f.recipe.get());
+    lt::AutocastScope s(f.ctx.get(), f.recipe.get());
     bwd = f.forward(f.lin.get(), x);
   }
-  const lt::StateSnapshot before = lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT);
+  const lt::ScalingSnapshot before = lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT);
   EXPECT_EQ(before.info.scale, 1.0f);
   f.backward(bwd.get(), dy);
   RefState rgo;
   rgo.record(amax_of(dy));
   rgo.update(57344.0f);
-  const lt::StateSnapshot after = lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT);
+  const lt::ScalingSnapshot after = lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT);
   EXPECT_TRUE(Matches(after, rgo));
   EXPECT_EQ(after.info.fp8_dtype, TE_DTYPE_E5M2);
 }
@@ -238,13 +238,13 @@ TEST(LinearState, GradOutputUpdatedAfterFirstModuleBackwardOrFlush) {
   for (int flush = 0; flush < 2; ++flush) {
     SCOPED_TRACE(flush ? "with flush" : "without flush");
     Fixture f;
-    lt::LinPtr second = lt::make_linear(f.ctx.get(), kIn, kOut, 1, TE_DTYPE_BF16);
-    lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 51);
-    lt::HostTensor dy1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, 0.01f, 52);
-    lt::HostTensor dy2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, 0.04f, 53);
-    lt::BwdPtr b1, b2;
+    lt::LinearPtr second = lt::make_linear(f.ctx.get(), kIn, kOut, 1, TE_DTYPE_BF16);
+    lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 51);
+    lt::HostTensor dy1 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, -0.01f, 0.01f, 52);
+    lt::HostTensor dy2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, -0.04f, 0.04f, 53);
+    lt::BackwardPtr b1, b2;
     {
-      lt::Scope s(f.ctx.get(), f.recipe.get());
+      lt::AutocastScope s(f.ctx.get(), f.recipe.get());
       b1 = f.forward(f.lin.get(), x);
       b2 = f.forward(second.get(), x);
     }
@@ -254,17 +254,17 @@ TEST(LinearState, GradOutputUpdatedAfterFirstModuleBackwardOrFlush) {
     if (flush) {
       ASSERT_EQ(te_autocast_flush_backward(f.ctx.get()), TE_SUCCESS) << te_last_error();
       r2.update(57344.0f);
-      EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2))
+      EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2))
           << "flush_backward must update the pending bucket";
     } else {
-      EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2))
+      EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2))
           << "not updated before the first module's backward";
       f.backward(b1.get(), dy1);
       r1.record(amax_of(dy1));
       r1.update(57344.0f);
       r2.update(57344.0f);
-      EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT), r1));
-      EXPECT_TRUE(Matches(lt::get_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2));
+      EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_GRAD_OUTPUT), r1));
+      EXPECT_TRUE(Matches(lt::live_scaling_state(f.ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT), r2));
     }
   }
 }
@@ -275,22 +275,22 @@ TEST(LinearState, NonFiniteAmaxKeepsPreviousScale) {
   for (int nan = 0; nan < 2; ++nan) {
     SCOPED_TRACE(nan ? "NaN" : "inf");
     Fixture f(TE_AMAX_MAX, TE_DTYPE_F32);
-    lt::HostTensor x = lt::random_tensor(TE_DTYPE_F32, {kTokens, kIn}, 2.0f, 54);
-    f.w = lt::random_tensor(TE_DTYPE_F32, {kOut, kIn}, 0.5f, 55);
-    f.b = lt::random_tensor(TE_DTYPE_F32, {kOut}, 1.0f, 56);
+    lt::HostTensor x = lt::random_tensor(TE_DTYPE_F32, {kTokens, kIn}, -2.0f, 2.0f, 54);
+    f.w = lt::random_tensor(TE_DTYPE_F32, {kOut, kIn}, -0.5f, 0.5f, 55);
+    f.b = lt::random_tensor(TE_DTYPE_F32, {kOut}, -1.0f, 1.0f, 56);
     {
-      lt::Scope s(f.ctx.get(), f.recipe.get());
-      lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+      lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+      lt::BackwardPtr bwd = f.forward(f.lin.get(), x);
     }
     const float good_scale = 448.0f / amax_of(x);
-    EXPECT_EQ(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT).info.scale, good_scale);
+    EXPECT_EQ(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT).info.scale, good_scale);
     lt::HostTensor bad = x;
     bad.set(5, nan ? NAN : INFINITY);
     {
-      lt::Scope s(f.ctx.get(), f.recipe.get());
-      lt::BwdPtr bwd = f.forward(f.lin.get(), bad);
+      lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+      lt::BackwardPtr bwd = f.forward(f.lin.get(), bad);
     }
-    const lt::StateSnapshot st = lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT);
+    const lt::ScalingSnapshot st = lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT);
     EXPECT_EQ(st.info.scale, good_scale) << "a non-finite amax must keep the previous scale";
     EXPECT_EQ(st.info.scale_inv, 1.0f / good_scale);
     EXPECT_TRUE(std::isfinite(st.info.scale));
@@ -307,21 +307,21 @@ TEST(LinearState, MarginDividesTheScale) {
   te_recipe *r = nullptr;
   ASSERT_EQ(te_recipe_create(&r, &o), TE_SUCCESS) << te_last_error();
   f.recipe.reset(r);
-  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 3.0f, 57);
+  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -3.0f, 3.0f, 57);
   {
-    lt::Scope s(f.ctx.get(), f.recipe.get());
-    lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+    lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+    lt::BackwardPtr bwd = f.forward(f.lin.get(), x);
   }
-  EXPECT_EQ(lt::get_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT).info.scale, (448.0f / amax_of(x)) / 8.0f);
+  EXPECT_EQ(lt::live_scaling_state(f.ctx.get(), f.lin.get(), TE_ROLE_INPUT).info.scale, (448.0f / amax_of(x)) / 8.0f);
 }
 
 // get_scaling_state writes min(history_cap, amax_history_len) floats and no more; NULL history
 // is allowed.
 TEST(LinearState, GetScalingStateRespectsHistoryCap) {
   Fixture f;
-  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 2.0f, 58);
-  lt::Scope s(f.ctx.get(), f.recipe.get());
-  lt::BwdPtr bwd = f.forward(f.lin.get(), x);
+  lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -2.0f, 2.0f, 58);
+  lt::AutocastScope s(f.ctx.get(), f.recipe.get());
+  lt::BackwardPtr bwd = f.forward(f.lin.get(), x);
   std::vector<float> hist(kHist + 8, -3.0f);
   te_scaling_state_info info{};
   info.struct_size = sizeof info;
@@ -345,11 +345,11 @@ TEST(LinearState, GetScalingStateRespectsHistoryCap) {
 // Trains a fixture a little so every state has a non-trivial history.
 void exercise(Fixture &f, int passes, uint32_t seed) {
   for (int p = 0; p < passes; ++p) {
-    lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, 1.0f + p, seed + 2 * p);
-    lt::HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, 0.01f * (p + 1), seed + 2 * p + 1);
-    lt::BwdPtr bwd;
+    lt::HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kIn}, -(1.0f + p), 1.0f + p, seed + 2 * p);
+    lt::HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {kTokens, kOut}, -(0.01f * (p + 1)), 0.01f * (p + 1), seed + 2 * p + 1);
+    lt::BackwardPtr bwd;
     {
-      lt::Scope s(f.ctx.get(), f.recipe.get());
+      lt::AutocastScope s(f.ctx.get(), f.recipe.get());
       bwd = f.forward(f.lin.get(), x);
     }
     f.backward(bwd.get(), dy);
@@ -372,8 +372,8 @@ TEST(LinearState, SaveLoadRoundTripIsBitExact) {
   Fixture b;  // a fresh context and layer
   ASSERT_EQ(te_linear_state_load(b.ctx.get(), b.lin.get(), buf.data(), size), TE_SUCCESS) << te_last_error();
   for (te_tensor_role role : {TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT}) {
-    const lt::StateSnapshot sa = lt::get_state(a.ctx.get(), a.lin.get(), role);
-    const lt::StateSnapshot sb = lt::get_state(b.ctx.get(), b.lin.get(), role);
+    const lt::ScalingSnapshot sa = lt::live_scaling_state(a.ctx.get(), a.lin.get(), role);
+    const lt::ScalingSnapshot sb = lt::live_scaling_state(b.ctx.get(), b.lin.get(), role);
     EXPECT_EQ(sa.info.amax_history_len, kHist);
     EXPECT_TRUE(lt::SameState(sa, sb)) << "role " << role;
     EXPECT_EQ(sa.info.fp8_dtype, sb.info.fp8_dtype) << "role " << role;
@@ -434,7 +434,7 @@ TEST(LinearState, LoadRejectsBadBuffersAndLeavesStateUnchanged) {
 
   // A layer of another shape.
   for (int which = 0; which < 2; ++which) {
-    lt::LinPtr other = lt::make_linear(ctx, which ? kIn : kIn + 16, which ? kOut + 16 : kOut, 1, TE_DTYPE_BF16);
+    lt::LinearPtr other = lt::make_linear(ctx, which ? kIn : kIn + 16, which ? kOut + 16 : kOut, 1, TE_DTYPE_BF16);
     const std::vector<unsigned char> other_before = lt::saved_state(ctx, other.get());
     EXPECT_TRUE(lt::IsError(te_linear_state_load(ctx, other.get(), good.data(), good.size()),
                             TE_ERROR_INVALID_ARGUMENT, "te_linear_state_load", nullptr))
@@ -453,9 +453,9 @@ TEST(LinearState, LoadRejectsBadBuffersAndLeavesStateUnchanged) {
 // each step in its own autocast scope, backward after the scope.
 struct Trainer {
   te_dtype act;
-  lt::CtxPtr ctx;
+  lt::ContextPtr ctx;
   lt::RecipePtr recipe;
-  lt::LinPtr lin;
+  lt::LinearPtr lin;
   std::vector<float> w_master, b_master;  // fp32 masters
   lt::HostTensor last_y;
 
@@ -463,44 +463,44 @@ struct Trainer {
   void fresh() {
     lin.reset();
     recipe.reset();
-    ctx = lt::make_cpu_ctx();
+    ctx = lt::make_cpu_context();
     recipe = lt::make_recipe(TE_RECIPE_DELAYED_SCALING, kHist);
     lin = lt::make_linear(ctx.get(), kIn, kOut, 1, act);
   }
   void init_params() {
-    w_master = lt::random_tensor(TE_DTYPE_F32, {kOut, kIn}, 0.3f, 1001).values();
-    b_master = lt::random_tensor(TE_DTYPE_F32, {kOut}, 0.1f, 1002).values();
+    w_master = lt::random_tensor(TE_DTYPE_F32, {kOut, kIn}, -0.3f, 0.3f, 1001).values_f32();
+    b_master = lt::random_tensor(TE_DTYPE_F32, {kOut}, -0.1f, 0.1f, 1002).values_f32();
   }
   void step(int k) {
-    lt::HostTensor x = lt::random_tensor(act, {kTokens, kIn}, 1.0f, 2000 + k);
-    lt::HostTensor target = lt::random_tensor(TE_DTYPE_F32, {kTokens, kOut}, 1.0f, 3000 + k);
+    lt::HostTensor x = lt::random_tensor(act, {kTokens, kIn}, -1.0f, 1.0f, 2000 + k);
+    lt::HostTensor target = lt::random_tensor(TE_DTYPE_F32, {kTokens, kOut}, -1.0f, 1.0f, 3000 + k);
     lt::HostTensor w(act, {kOut, kIn}), b(act, {kOut}), y(act, {kTokens, kOut});
     for (int64_t i = 0; i < w.numel(); ++i) w.set(i, w_master[i]);
     for (int64_t i = 0; i < b.numel(); ++i) b.set(i, b_master[i]);
     te_linear_forward_args fa;
     te_linear_forward_args_init(&fa);
-    fa.input = x.t();
-    fa.weight = w.t();
-    fa.bias = b.t();
+    fa.input = x.get();
+    fa.weight = w.get();
+    fa.bias = b.get();
     te_linear_backward_ctx *raw = nullptr;
     {
-      lt::Scope s(ctx.get(), recipe.get());
-      ASSERT_EQ(te_linear_forward(ctx.get(), lin.get(), &fa, y.t(), &raw), TE_SUCCESS) << te_last_error();
+      lt::AutocastScope s(ctx.get(), recipe.get());
+      ASSERT_EQ(te_linear_forward(ctx.get(), lin.get(), &fa, y.get(), &raw), TE_SUCCESS) << te_last_error();
     }
-    lt::BwdPtr bwd(raw);
+    lt::BackwardPtr bwd(raw);
     // MSE loss: dy = 2 (y - target) / numel.
     lt::HostTensor dy(act, {kTokens, kOut});
     const float n = static_cast<float>(dy.numel());
-    for (int64_t i = 0; i < dy.numel(); ++i) dy.set(i, 2.0f * (y.get(i) - target.get(i)) / n);
+    for (int64_t i = 0; i < dy.numel(); ++i) dy.set(i, 2.0f * (y.at(i) - target.at(i)) / n);
     lt::HostTensor dw(act, {kOut, kIn}), db(act, {kOut});
     te_linear_backward_args ba;
     te_linear_backward_args_init(&ba);
     ba.flags = TE_BACKWARD_ONCE;
-    ASSERT_EQ(te_linear_backward(ctx.get(), bwd.get(), dy.t(), nullptr, dw.t(), db.t(), &ba), TE_SUCCESS)
+    ASSERT_EQ(te_linear_backward(ctx.get(), bwd.get(), dy.get(), nullptr, dw.get(), db.get(), &ba), TE_SUCCESS)
         << te_last_error();
     const float lr = 0.5f;
-    for (int64_t i = 0; i < dw.numel(); ++i) w_master[i] -= lr * dw.get(i);
-    for (int64_t i = 0; i < db.numel(); ++i) b_master[i] -= lr * db.get(i);
+    for (int64_t i = 0; i < dw.numel(); ++i) w_master[i] -= lr * dw.at(i);
+    for (int64_t i = 0; i < db.numel(); ++i) b_master[i] -= lr * db.at(i);
     last_y = y;
   }
 };
@@ -530,8 +530,8 @@ TEST_P(LinearResume, ResumedRunReproducesUninterruptedRunBitwise) {
   ASSERT_FALSE(HasFatalFailure());
 
   // Sanity: the scales moved away from 1 (delayed scaling was really exercised).
-  EXPECT_NE(lt::get_state(full.ctx.get(), full.lin.get(), TE_ROLE_INPUT).info.scale, 1.0f);
-  EXPECT_NE(lt::get_state(full.ctx.get(), full.lin.get(), TE_ROLE_GRAD_OUTPUT).info.scale, 1.0f);
+  EXPECT_NE(lt::live_scaling_state(full.ctx.get(), full.lin.get(), TE_ROLE_INPUT).info.scale, 1.0f);
+  EXPECT_NE(lt::live_scaling_state(full.ctx.get(), full.lin.get(), TE_ROLE_GRAD_OUTPUT).info.scale, 1.0f);
 
   EXPECT_TRUE(0 == std::memcmp(full.w_master.data(), part.w_master.data(), full.w_master.size() * 4))
       << "final weights differ";
@@ -539,15 +539,15 @@ TEST_P(LinearResume, ResumedRunReproducesUninterruptedRunBitwise) {
       << "final biases differ";
   EXPECT_TRUE(lt::bitwise_equal(full.last_y, part.last_y)) << "final outputs differ";
   for (te_tensor_role role : {TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT})
-    EXPECT_TRUE(lt::SameState(lt::get_state(full.ctx.get(), full.lin.get(), role),
-                              lt::get_state(part.ctx.get(), part.lin.get(), role)))
+    EXPECT_TRUE(lt::SameState(lt::live_scaling_state(full.ctx.get(), full.lin.get(), role),
+                              lt::live_scaling_state(part.ctx.get(), part.lin.get(), role)))
         << "role " << role;
   EXPECT_EQ(lt::saved_state(full.ctx.get(), full.lin.get()), lt::saved_state(part.ctx.get(), part.lin.get()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, LinearResume, ::testing::Values(TE_DTYPE_F32, TE_DTYPE_BF16),
                          [](const ::testing::TestParamInfo<te_dtype> &i) {
-                           return std::string(lt::dtype_str(i.param));
+                           return std::string(lt::dtype_name(i.param));
                          });
 
 }  // namespace

@@ -28,37 +28,35 @@ void expect_options_equal(const te_recipe_options &a, const te_recipe_options &b
   EXPECT_EQ(a.wgrad_split_accumulator, b.wgrad_split_accumulator);
 }
 
+// te_recipe_options_init(kind) over a garbage-filled struct, and the fields every kind sets:
+// struct_size, kind, format, power_of_2_scales, amax_epsilon 0 and the split accumulators
+// (fprop off, dgrad and wgrad on).
+void init_and_check_common(te_recipe_options *o, te_recipe_kind kind, te_format format, int pow2) {
+  std::memset(o, 0x5A, sizeof *o);
+  ASSERT_TE_OK(te_recipe_options_init(o, kind));
+  EXPECT_EQ(o->struct_size, sizeof(te_recipe_options));
+  EXPECT_EQ(o->kind, kind);
+  EXPECT_EQ(o->format, format);
+  EXPECT_EQ(o->power_of_2_scales, pow2);
+  EXPECT_EQ(o->amax_epsilon, 0.0f);
+  EXPECT_EQ(o->fprop_split_accumulator, 0);
+  EXPECT_EQ(o->dgrad_split_accumulator, 1);
+  EXPECT_EQ(o->wgrad_split_accumulator, 1);
+}
+
 TEST(Recipe, OptionsInitDelayedDefaults) {
   te_recipe_options o;
-  std::memset(&o, 0x5A, sizeof o);
-  ASSERT_TE_OK(te_recipe_options_init(&o, TE_RECIPE_DELAYED_SCALING));
-  EXPECT_EQ(o.struct_size, sizeof(te_recipe_options));
-  EXPECT_EQ(o.kind, TE_RECIPE_DELAYED_SCALING);
-  EXPECT_EQ(o.format, TE_FORMAT_HYBRID);
+  ASSERT_NO_FATAL_FAILURE(init_and_check_common(&o, TE_RECIPE_DELAYED_SCALING, TE_FORMAT_HYBRID, 0));
   EXPECT_EQ(o.margin, 0);
   EXPECT_EQ(o.amax_history_len, 1024);
   EXPECT_EQ(o.amax_algo, TE_AMAX_MAX);
   EXPECT_EQ(o.reduce_amax, 1);
-  EXPECT_EQ(o.power_of_2_scales, 0);
-  EXPECT_EQ(o.amax_epsilon, 0.0f);
-  EXPECT_EQ(o.fprop_split_accumulator, 0);
-  EXPECT_EQ(o.dgrad_split_accumulator, 1);
-  EXPECT_EQ(o.wgrad_split_accumulator, 1);
 }
 
 TEST(Recipe, OptionsInitCurrentDefaults) {
   te_recipe_options o;
-  std::memset(&o, 0x5A, sizeof o);
-  ASSERT_TE_OK(te_recipe_options_init(&o, TE_RECIPE_CURRENT_SCALING));
-  EXPECT_EQ(o.struct_size, sizeof(te_recipe_options));
-  EXPECT_EQ(o.kind, TE_RECIPE_CURRENT_SCALING);
-  EXPECT_EQ(o.format, TE_FORMAT_HYBRID);
+  ASSERT_NO_FATAL_FAILURE(init_and_check_common(&o, TE_RECIPE_CURRENT_SCALING, TE_FORMAT_HYBRID, 0));
   EXPECT_EQ(o.reduce_amax, 1);
-  EXPECT_EQ(o.power_of_2_scales, 0);
-  EXPECT_EQ(o.amax_epsilon, 0.0f);
-  EXPECT_EQ(o.fprop_split_accumulator, 0);
-  EXPECT_EQ(o.dgrad_split_accumulator, 1);
-  EXPECT_EQ(o.wgrad_split_accumulator, 1);
   // Fields that do not apply keep valid values (a created recipe must accept its own defaults).
   EXPECT_GE(o.margin, 0);
   EXPECT_GE(o.amax_history_len, 1);
@@ -66,16 +64,7 @@ TEST(Recipe, OptionsInitCurrentDefaults) {
 
 TEST(Recipe, OptionsInitBlockDefaults) {
   te_recipe_options o;
-  std::memset(&o, 0x5A, sizeof o);
-  ASSERT_TE_OK(te_recipe_options_init(&o, TE_RECIPE_BLOCK_SCALING));
-  EXPECT_EQ(o.struct_size, sizeof(te_recipe_options));
-  EXPECT_EQ(o.kind, TE_RECIPE_BLOCK_SCALING);
-  EXPECT_EQ(o.format, TE_FORMAT_E4M3);
-  EXPECT_EQ(o.power_of_2_scales, 1);
-  EXPECT_EQ(o.amax_epsilon, 0.0f);
-  EXPECT_EQ(o.fprop_split_accumulator, 0);
-  EXPECT_EQ(o.dgrad_split_accumulator, 1);
-  EXPECT_EQ(o.wgrad_split_accumulator, 1);
+  ASSERT_NO_FATAL_FAILURE(init_and_check_common(&o, TE_RECIPE_BLOCK_SCALING, TE_FORMAT_E4M3, 1));
 }
 
 TEST(Recipe, DefaultsOfEveryKindAreAccepted) {
