@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing libte needs on Debian bookworm (or a close relative):
-#   apt: cmake, gcc/g++, make, ninja, pkg-config, OpenBLAS, GoogleTest, Google Benchmark, python3, pip
-#   pip: numpy, ml_dtypes, pytest (independent oracles for the FP8 casts, and the Python tests)
+#   apt: cmake, gcc/g++, make, ninja, pkg-config, OpenBLAS, GoogleTest, Google Benchmark, python3, pip,
+#        swig and the Python headers (the Python binding's SWIG module)
+#   pip: numpy, ml_dtypes, pytest, wheel (independent oracles for the FP8 casts, the Python tests,
+#        `pip install bindings/python`)
+# The Rust suite installs cargo, rustfmt and bindgen itself (scripts/test_rust.sh).
 # Idempotent and quick on a machine that already has everything: it checks first (dpkg -s,
 # command -v, a Python import) and runs apt-get / pip only for what is missing, with one
 # `apt-get update` before installing.
@@ -23,9 +26,13 @@ done
 for pkg in libopenblas-dev libgtest-dev libbenchmark-dev; do
   have_pkg "$pkg" || missing+=("$pkg")
 done
+# The Python binding's SWIG module: swig and the Python headers.
+have_cmd swig || missing+=(swig)
+python3 -c 'import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
+  >/dev/null 2>&1 || missing+=(python3-dev)
 
-python_modules=(numpy ml_dtypes pytest)
-python_ok() { python3 -c 'import numpy, ml_dtypes, pytest' >/dev/null 2>&1; }
+python_modules=(numpy ml_dtypes pytest wheel)
+python_ok() { python3 -c 'import numpy, ml_dtypes, pytest, wheel' >/dev/null 2>&1; }
 need_pip=0
 if ! have_cmd python3 || ! python_ok; then
   need_pip=1
