@@ -55,6 +55,38 @@ TE_API te_status te_context_synchronize(te_context *ctx) {
   return guarded(__func__, [&] { to_context(ctx)->backend().synchronize(); });
 }
 
+TE_API te_status te_context_malloc(te_context *ctx, size_t bytes, void **out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    check_not_null(out, "out");
+    *out = c->user_alloc(bytes);
+  });
+}
+
+TE_API te_status te_context_free(te_context *ctx, void *ptr) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    if (ptr) c->user_free(ptr);
+  });
+}
+
+TE_API te_status te_context_copy(te_context *ctx, void *dst, const void *src, size_t bytes, te_copy_kind kind) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    check_not_null(dst, "dst");
+    check_not_null(src, "src");
+    const int k = enum_int(kind);
+    Backend &be = c->backend();
+    switch (k) {
+      case TE_COPY_HOST_TO_DEVICE: be.copy_from_host(dst, src, bytes); break;
+      case TE_COPY_DEVICE_TO_HOST: be.copy_to_host(dst, src, bytes); break;
+      case TE_COPY_DEVICE_TO_DEVICE: be.copy(dst, src, bytes); break;
+      default:
+        fail(Status::InvalidArgument, "argument 'kind': expected a te_copy_kind value, got %d", k);
+    }
+  });
+}
+
 TE_API te_status te_context_get_stats(const te_context *ctx, te_context_stats *out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);

@@ -23,7 +23,26 @@ Context::Context(const Device &device)
       autocast_(*backend_, stats_),
       linear_pool_(std::make_unique<LinearObjectPool>()) {}
 
-Context::~Context() = default;
+Context::~Context() {
+  // Blocks the caller forgot to free go back with the context rather than leak.
+  for (auto &block : user_blocks_) backend_->free(block.first, block.second);
+}
+
+void *Context::user_alloc(size_t bytes) {
+  if (bytes == 0) fail(Status::InvalidArgument, "argument 'bytes': expected > 0, got 0");
+  user_blocks_.reserve(user_blocks_.size() + 1);  // the insert below cannot fail after alloc
+  void *p = backend_->alloc(bytes);
+  user_blocks_.emplace(p, bytes);
+  return p;
+}
+
+void Context::user_free(void *ptr) {
+  auto it = user_blocks_.find(ptr);
+  if (it == user_blocks_.end())
+    fail(Status::InvalidArgument, "argument 'ptr': %p was not allocated by te_context_malloc on this context", ptr);
+  backend_->free(it->first, it->second);
+  user_blocks_.erase(it);
+}
 
 Device Context::default_device() {
   Device d;

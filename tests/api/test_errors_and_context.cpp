@@ -343,3 +343,45 @@ TEST(Group, NcclUnsupportedInThisBuildButNullsFirst) {
 }
 
 }  // namespace
+
+TEST(ContextMemory, MallocCopyFreeRoundTrip) {
+  ContextPtr c = make_cpu_context();
+  std::vector<float> host(37), back(37, -1.0f);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i);
+  void *a = nullptr, *b = nullptr;
+  ASSERT_TE_OK(te_context_malloc(c.get(), host.size() * sizeof(float), &a));
+  ASSERT_TE_OK(te_context_malloc(c.get(), host.size() * sizeof(float), &b));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  ASSERT_TE_OK(te_context_copy(c.get(), a, host.data(), host.size() * sizeof(float), TE_COPY_HOST_TO_DEVICE));
+  ASSERT_TE_OK(te_context_copy(c.get(), b, a, host.size() * sizeof(float), TE_COPY_DEVICE_TO_DEVICE));
+  ASSERT_TE_OK(te_context_copy(c.get(), back.data(), b, host.size() * sizeof(float), TE_COPY_DEVICE_TO_HOST));
+  EXPECT_EQ(back, host);
+  ASSERT_TE_OK(te_context_free(c.get(), a));
+  ASSERT_TE_OK(te_context_free(c.get(), nullptr));
+  // b is left for te_context_destroy to reclaim (ASan would report it otherwise).
+}
+
+TEST(ContextMemory, BadArgumentsChangeNothing) {
+  ContextPtr c = make_cpu_context();
+  void *sentinel = reinterpret_cast<void *>(0x1234), *p = sentinel;
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_malloc", "bytes", te_context_malloc(c.get(), 0, &p));
+  EXPECT_EQ(p, sentinel);
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_malloc", "out", te_context_malloc(c.get(), 16, nullptr));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_malloc", "ctx", te_context_malloc(nullptr, 16, &p));
+  float local = 1.0f;
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_free", "ptr", te_context_free(c.get(), &local));
+  void *block = nullptr;
+  ASSERT_TE_OK(te_context_malloc(c.get(), 16, &block));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_copy", "dst",
+                 te_context_copy(c.get(), nullptr, &local, 4, TE_COPY_HOST_TO_DEVICE));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_copy", "src",
+                 te_context_copy(c.get(), block, nullptr, 4, TE_COPY_HOST_TO_DEVICE));
+  te_copy_kind bad;
+  int raw = 7;
+  std::memcpy(&bad, &raw, sizeof bad);
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_copy", "kind", te_context_copy(c.get(), block, &local, 4, bad));
+  ASSERT_TE_OK(te_context_free(c.get(), block));
+  // A block freed once is no longer this context's.
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_free", "ptr", te_context_free(c.get(), block));
+}

@@ -181,6 +181,27 @@ TE_API te_status te_context_set_stream(te_context *ctx, void *stream);
  * where work runs when enqueued). */
 TE_API te_status te_context_synchronize(te_context *ctx);
 
+/* Memory on the context's device, for programs without an allocator of their
+ * own (plain C, the demos): the GPU's stream-ordered pool, or 64-byte aligned
+ * host memory on the CPU. Free every block with te_context_free before
+ * destroying ctx. Errors: INVALID_ARGUMENT (bytes == 0), OUT_OF_MEMORY. */
+TE_API te_status te_context_malloc(te_context *ctx, size_t bytes, void **out);
+/* Frees a block from te_context_malloc (stream-ordered on the GPU). NULL is a
+ * no-op. Errors: INVALID_ARGUMENT for a pointer this context did not allocate. */
+TE_API te_status te_context_free(te_context *ctx, void *ptr);
+
+typedef enum te_copy_kind {
+  TE_COPY_HOST_TO_DEVICE = 0,
+  TE_COPY_DEVICE_TO_HOST = 1,
+  TE_COPY_DEVICE_TO_DEVICE = 2
+} te_copy_kind;
+
+/* Copies bytes between host memory and the context's device (or within the
+ * device), in stream order. Copies that touch host memory complete before the
+ * call returns (the host buffer is then free to change); device-to-device
+ * copies are only enqueued. On a CPU context every kind is a memcpy. */
+TE_API te_status te_context_copy(te_context *ctx, void *dst, const void *src, size_t bytes, te_copy_kind kind);
+
 /* Counters of the work autocast did on this context since its creation:
  * what a profiler, or a test of "one reduction per bucket", needs. */
 typedef struct te_context_stats {

@@ -430,6 +430,37 @@ extern "C" {
 extern "C" {
     pub fn te_context_synchronize(ctx: *mut te_context) -> te_status;
 }
+extern "C" {
+    pub fn te_context_malloc(
+        ctx: *mut te_context,
+        bytes: usize,
+        out: *mut *mut ::std::os::raw::c_void,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_context_free(ctx: *mut te_context, ptr: *mut ::std::os::raw::c_void) -> te_status;
+}
+impl te_copy_kind {
+    pub const TE_COPY_HOST_TO_DEVICE: te_copy_kind = te_copy_kind(0);
+}
+impl te_copy_kind {
+    pub const TE_COPY_DEVICE_TO_HOST: te_copy_kind = te_copy_kind(1);
+}
+impl te_copy_kind {
+    pub const TE_COPY_DEVICE_TO_DEVICE: te_copy_kind = te_copy_kind(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_copy_kind(pub ::std::os::raw::c_uint);
+extern "C" {
+    pub fn te_context_copy(
+        ctx: *mut te_context,
+        dst: *mut ::std::os::raw::c_void,
+        src: *const ::std::os::raw::c_void,
+        bytes: usize,
+        kind: te_copy_kind,
+    ) -> te_status;
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct te_context_stats {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 
 #include "te/core/autocast.h"
 #include "te/core/backend.h"
@@ -29,6 +30,10 @@ class Context : public Handle {
   // CUDA 0 when this build has the CUDA backend and a usable GPU, else the CPU.
   static Device default_device();
 
+  // te_context_malloc's blocks: their sizes, which the backend's free wants back.
+  void *user_alloc(size_t bytes);
+  void user_free(void *ptr);
+
   // Pooled linear residuals and backward contexts (te/core/linear.h).
   LinearObjectPool &linear_pool() { return *linear_pool_; }
 
@@ -39,6 +44,7 @@ class Context : public Handle {
   AutocastStats stats_;
   Autocast autocast_;
   std::unique_ptr<LinearObjectPool> linear_pool_;
+  std::unordered_map<void *, size_t> user_blocks_;
 };
 
 }  // namespace te

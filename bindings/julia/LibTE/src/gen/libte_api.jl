@@ -210,6 +210,37 @@ function te_context_synchronize(ctx)
     ccall((:te_context_synchronize, libte), te_status, (Ptr{te_context},), ctx)
 end
 
+# Memory on the context's device, for programs without an allocator of their
+# own (plain C, the demos): the GPU's stream-ordered pool, or 64-byte aligned
+# host memory on the CPU. Free every block with te_context_free before
+# destroying ctx. Errors: INVALID_ARGUMENT (bytes == 0), OUT_OF_MEMORY.
+# C: te_status te_context_malloc(te_context *ctx, size_t bytes, void **out)
+function te_context_malloc(ctx, bytes, out)
+    ccall((:te_context_malloc, libte), te_status, (Ptr{te_context}, Csize_t, Ptr{Ptr{Cvoid}}), ctx, bytes, out)
+end
+
+# Frees a block from te_context_malloc (stream-ordered on the GPU). NULL is a
+# no-op. Errors: INVALID_ARGUMENT for a pointer this context did not allocate.
+# C: te_status te_context_free(te_context *ctx, void *ptr)
+function te_context_free(ctx, ptr)
+    ccall((:te_context_free, libte), te_status, (Ptr{te_context}, Ptr{Cvoid}), ctx, ptr)
+end
+
+# enum te_copy_kind
+const te_copy_kind = Cint
+const TE_COPY_HOST_TO_DEVICE = te_copy_kind(0)
+const TE_COPY_DEVICE_TO_HOST = te_copy_kind(1)
+const TE_COPY_DEVICE_TO_DEVICE = te_copy_kind(2)
+
+# Copies bytes between host memory and the context's device (or within the
+# device), in stream order. Copies that touch host memory complete before the
+# call returns (the host buffer is then free to change); device-to-device
+# copies are only enqueued. On a CPU context every kind is a memcpy.
+# C: te_status te_context_copy(te_context *ctx, void *dst, const void *src, size_t bytes, te_copy_kind kind)
+function te_context_copy(ctx, dst, src, bytes, kind)
+    ccall((:te_context_copy, libte), te_status, (Ptr{te_context}, Ptr{Cvoid}, Ptr{Cvoid}, Csize_t, te_copy_kind), ctx, dst, src, bytes, kind)
+end
+
 # Counters of the work autocast did on this context since its creation:
 # what a profiler, or a test of "one reduction per bucket", needs.
 # struct te_context_stats: 40 bytes, 8-byte aligned
@@ -819,6 +850,9 @@ const TE_API_FUNCTIONS = (
     :te_context_get_device,
     :te_context_set_stream,
     :te_context_synchronize,
+    :te_context_malloc,
+    :te_context_free,
+    :te_context_copy,
     :te_context_get_stats,
     :te_recipe_options_init,
     :te_recipe_create,
