@@ -203,26 +203,21 @@ static te_tensor vector(te_device device, float *data, int64_t n) {
   return t;
 }
 
-/* The buffers are host memory, so the demo needs a CPU context. The default context is on
- * the GPU when one is usable; fall back to the CPU explicitly rather than fail. */
-static te_context *create_cpu_context(te_device *device) {
-  te_context *ctx = NULL;
-  CHECK(te_context_create(&ctx, NULL));
-  CHECK(te_context_get_device(ctx, device));
-  if (device->type == TE_DEVICE_CPU) return ctx;
+/* Tensors live on the context's device (the GPU when one is usable, else the CPU), in memory
+ * from te_context_malloc; the loss and the SGD step run here on the host, so each step copies
+ * the batch and the weights in and the output and the gradients out. */
+static float *device_floats(te_context *ctx, size_t n) {
+  void *p = NULL;
+  CHECK(te_context_malloc(ctx, n * sizeof(float), &p));
+  return (float *)p;
+}
 
-  printf("default device is CUDA %d; this demo keeps its tensors in host memory, "
-         "so it uses a CPU context\n",
-         (int)device->index);
-  te_context_destroy(ctx);
-  te_context_options opts;
-  CHECK(te_context_options_init(&opts));
-  opts.use_default_device = 0;
-  opts.device.type = TE_DEVICE_CPU;
-  opts.device.index = 0;
-  CHECK(te_context_create(&ctx, &opts));
-  CHECK(te_context_get_device(ctx, device));
-  return ctx;
+static void to_device(te_context *ctx, float *dst, const float *src, size_t n) {
+  CHECK(te_context_copy(ctx, dst, src, n * sizeof(float), TE_COPY_HOST_TO_DEVICE));
+}
+
+static void to_host(te_context *ctx, float *dst, const float *src, size_t n) {
+  CHECK(te_context_copy(ctx, dst, src, n * sizeof(float), TE_COPY_DEVICE_TO_HOST));
 }
 
 static te_linear *create_linear(te_context *ctx, int64_t in, int64_t out) {
@@ -247,20 +242,26 @@ static void train(te_context *ctx, te_device device, const te_recipe *recipe, in
   te_linear *fc1 = create_linear(ctx, IN, HIDDEN);
   te_linear *fc2 = create_linear(ctx, HIDDEN, OUT);
 
+  /* Host: the fp32 master weights, their gradients, the optimizer state, the data. */
   float *master = xcalloc(N_PARAMS, sizeof(float));
   float *grad = xcalloc(N_PARAMS, sizeof(float));
   float *velocity = xcalloc(N_PARAMS, sizeof(float));
   memcpy(master, init, N_PARAMS * sizeof(float));
-  mlp_params w = params_view(master), g = params_view(grad);
-
-  float *x = xcalloc((size_t)BATCH * IN, sizeof(float));
+  float *x_host = xcalloc((size_t)BATCH * IN, sizeof(float));
   float *target = xcalloc((size_t)BATCH * OUT, sizeof(float));
-  float *h = xcalloc((size_t)BATCH * HIDDEN, sizeof(float)); /* fc1 output, GELU input */
-  float *a = xcalloc((size_t)BATCH * HIDDEN, sizeof(float)); /* GELU output, fc2 input */
-  float *y = xcalloc((size_t)BATCH * OUT, sizeof(float));
-  float *dy = xcalloc((size_t)BATCH * OUT, sizeof(float));
-  float *da = xcalloc((size_t)BATCH * HIDDEN, sizeof(float));
-  float *dh = xcalloc((size_t)BATCH * HIDDEN, sizeof(float));
+  float *y_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *dy_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
+
+  /* Device: what libte reads and writes. */
+  float *params = device_floats(ctx, N_PARAMS), *grads = device_floats(ctx, N_PARAMS);
+  mlp_params w = params_view(params), g = params_view(grads);
+  float *x = device_floats(ctx, (size_t)BATCH * IN);
+  float *h = device_floats(ctx, (size_t)BATCH * HIDDEN); /* fc1 output, GELU input */
+  float *a = device_floats(ctx, (size_t)BATCH * HIDDEN); /* GELU output, fc2 input */
+  float *y = device_floats(ctx, (size_t)BATCH * OUT);
+  float *dy = device_floats(ctx, (size_t)BATCH * OUT);
+  float *da = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  float *dh = device_floats(ctx, (size_t)BATCH * HIDDEN);
 
   te_tensor x_t = matrix(device, x, BATCH, IN), h_t = matrix(device, h, BATCH, HIDDEN);
   te_tensor a_t = matrix(device, a, BATCH, HIDDEN), y_t = matrix(device, y, BATCH, OUT);
@@ -294,7 +295,9 @@ static void train(te_context *ctx, te_device device, const te_recipe *recipe, in
 
   rng data = {DATA_SEED}; /* both runs replay the same batches */
   for (int step = 0; step < STEPS; ++step) {
-    next_batch(&data, teacher, x, target);
+    next_batch(&data, teacher, x_host, target);
+    to_device(ctx, x, x_host, (size_t)BATCH * IN);
+    to_device(ctx, params, master, N_PARAMS);
 
     /* Forward inside the scope: when it ends, libte updates the forward scales (inputs and
      * weights) from this step's amaxes, for the next step to use. */
@@ -306,7 +309,9 @@ static void train(te_context *ctx, te_device device, const te_recipe *recipe, in
     CHECK(te_linear_forward(ctx, fc2, &fwd2, &y_t, &bwd2));
     CHECK(te_autocast_end(ctx, token));
 
-    losses[step] = mse_loss(y, target, dy);
+    to_host(ctx, y_host, y, (size_t)BATCH * OUT);
+    losses[step] = mse_loss(y_host, target, dy_host);
+    to_device(ctx, dy, dy_host, (size_t)BATCH * OUT);
 
     /* Backward runs after the scope, as in TE; the saved contexts remember it was FP8.
      * fc1 needs no dx: x is data. fc1 is the pass's first FP8 module, so its backward is what
@@ -316,6 +321,7 @@ static void train(te_context *ctx, te_device device, const te_recipe *recipe, in
     CHECK(te_linear_backward(ctx, bwd1, &dh_t, NULL, &dw1_t, &db1_t, &once));
     te_linear_backward_ctx_destroy(bwd2);
     te_linear_backward_ctx_destroy(bwd1);
+    to_host(ctx, grad, grads, N_PARAMS);
 
     /* The master weights stay fp32; FP8 is only ever a per-step copy inside libte. */
     for (size_t i = 0; i < N_PARAMS; ++i) {
@@ -324,14 +330,13 @@ static void train(te_context *ctx, te_device device, const te_recipe *recipe, in
     }
   }
 
-  free(dh);
-  free(da);
-  free(dy);
-  free(y);
-  free(a);
-  free(h);
+  float *device_blocks[] = {params, grads, x, h, a, y, dy, da, dh};
+  for (size_t i = 0; i < sizeof device_blocks / sizeof device_blocks[0]; ++i)
+    CHECK(te_context_free(ctx, device_blocks[i]));
+  free(dy_host);
+  free(y_host);
   free(target);
-  free(x);
+  free(x_host);
   free(velocity);
   free(grad);
   free(master);
@@ -357,7 +362,9 @@ int main(int argc, char **argv) {
   const char *csv_path = argc > 1 ? argv[1] : "train_mlp_loss.csv";
 
   te_device device;
-  te_context *ctx = create_cpu_context(&device);
+  te_context *ctx = NULL;
+  CHECK(te_context_create(&ctx, NULL)); /* the GPU when one is usable, else the CPU */
+  CHECK(te_context_get_device(ctx, &device));
 
   /* Delayed scaling quantizes each tensor with a scale computed from the amaxes of the previous
    * amax_history_len steps. TE's default, 1024, is longer than this whole run: every scale would
@@ -379,7 +386,10 @@ int main(int argc, char **argv) {
   double *loss_fp8 = xcalloc(STEPS, sizeof(double));
   double *loss_fp32 = xcalloc(STEPS, sizeof(double));
 
-  printf("libte %s, CPU context\n", te_version_string());
+  if (device.type == TE_DEVICE_CUDA)
+    printf("libte %s, CUDA context (device %d)\n", te_version_string(), (int)device.index);
+  else
+    printf("libte %s, CPU context\n", te_version_string());
   printf("MLP %d -> %d -> GELU -> %d, batch %d, %d steps, SGD lr %g momentum %g\n", IN, HIDDEN, OUT,
          BATCH, STEPS, LEARNING_RATE, MOMENTUM);
   printf("fp8 recipe: %s\n", te_recipe_describe(recipe));
