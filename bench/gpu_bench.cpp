@@ -1,0 +1,245 @@
+// GPU benchmarks through the public C API on a CUDA context, printed as one JSON object:
+//   copy            a device-to-device copy of the cast's input bytes: the bandwidth ceiling
+//   cast_transpose  BF16 [rows, cols] -> E4M3 + its transpose, delayed scaling (amax fused)
+//   gemm_fp8        E4M3 x E4M3 -> BF16, per-tensor scales, fast accumulation, TN
+//   linear          te_linear forward + backward, delayed scaling, HYBRID, BF16 activations
+//   host_forward    host time per te_linear_forward call, no synchronisation in the loop
+// bench/python/compare_torch.py runs this program and PyTorch's peers in one run and prints one
+// table. Inputs are random (never zeros). Times: wall clock around many iterations between two
+// te_context_synchronize calls, after warm-up.
+#include <te/te.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(te_status s, const char *what) {
+  if (s != TE_SUCCESS) {
+    std::fprintf(stderr, "%s: %s: %s\n", what, te_status_string(s), te_last_error());
+    std::exit(2);
+  }
+}
+#define CHECK(call) check((call), #call)
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);  // round to nearest even (no NaN here)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// A device buffer of random BF16 values with standard deviation `stddev`.
+struct DeviceBf16 {
+  te_context *ctx;
+  void *ptr = nullptr;
+  DeviceBf16(te_context *c, size_t n, float stddev, uint32_t seed) : ctx(c) {
+    std::vector<uint16_t> host(n);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, stddev);
+    for (auto &h : host) h = to_bf16(dist(rng));
+    CHECK(te_context_malloc(ctx, n * 2, &ptr));
+    CHECK(te_context_copy(ctx, ptr, host.data(), n * 2, TE_COPY_HOST_TO_DEVICE));
+  }
+  ~DeviceBf16() { te_context_free(ctx, ptr); }
+};
+
+void *device_alloc(te_context *ctx, size_t bytes) {
+  void *p = nullptr;
+  CHECK(te_context_malloc(ctx, bytes, &p));
+  return p;
+}
+
+te_tensor tensor(void *data, te_dtype dt, int64_t rows, int64_t cols, te_device dev) {
+  te_tensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  t.device = dev;
+  return t;
+}
+
+// Seconds per call of fn, median of `reps` timings of `iters` calls each.
+template <class F>
+double time_per_call(te_context *ctx, F &&fn, int iters, int reps = 5) {
+  for (int i = 0; i < 3; ++i) fn();
+  CHECK(te_context_synchronize(ctx));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    CHECK(te_context_synchronize(ctx));
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string json_out;
+void emit(const std::string &name, const std::string &fields) {
+  json_out += (json_out.empty() ? "" : ",\n") + std::string("  \"") + name + "\": {" + fields + "}";
+}
+std::string num(const char *k, double v) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "\"%s\": %.6g", k, v);
+  return buf;
+}
+
+void bench_cast(te_context *ctx, te_device dev, int64_t rows, int64_t cols) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  DeviceBf16 x(ctx, n, 1.0f, 1);
+  void *copy_dst = device_alloc(ctx, n * 2);
+  void *out = device_alloc(ctx, n), *out_t = device_alloc(ctx, n);
+  float *f = static_cast<float *>(device_alloc(ctx, 4 * sizeof(float)));  // scale, amax, sinv x2
+  const float host_init[4] = {100.0f, 0.0f, 0.0f, 0.0f};
+  CHECK(te_context_copy(ctx, f, host_init, sizeof host_init, TE_COPY_HOST_TO_DEVICE));
+  te_tensor tx = tensor(x.ptr, TE_DTYPE_BF16, rows, cols, dev);
+  te_tensor to = tensor(out, TE_DTYPE_E4M3, rows, cols, dev), tt = tensor(out_t, TE_DTYPE_E4M3, cols, rows, dev);
+  to.scale_inv = f + 2;
+  tt.scale_inv = f + 3;
+  te_quantize_options q;
+  CHECK(te_quantize_options_init(&q));
+  q.scale = f;
+  q.amax = f + 1;
+  double t_copy = time_per_call(ctx, [&] {
+    CHECK(te_context_copy(ctx, copy_dst, x.ptr, n * 2, TE_COPY_DEVICE_TO_DEVICE));
+  }, 20);
+  double t_cast = time_per_call(ctx, [&] { CHECK(te_cast_transpose(ctx, &tx, &to, &tt, &q)); }, 20);
+  // Bytes moved: the copy reads and writes 2n; the cast reads 2n and writes n + n.
+  double copy_bw = 4.0 * n / t_copy, cast_bw = 4.0 * n / t_cast;
+  emit("cast_transpose_" + std::to_string(rows) + "x" + std::to_string(cols),
+       num("ms", t_cast * 1e3) + ", " + num("TBps", cast_bw / 1e12) + ", " + num("copy_ms", t_copy * 1e3) + ", " +
+           num("copy_TBps", copy_bw / 1e12) + ", " + num("fraction_of_copy", cast_bw / copy_bw));
+  te_context_free(ctx, copy_dst);
+  te_context_free(ctx, out);
+  te_context_free(ctx, out_t);
+  te_context_free(ctx, f);
+}
+
+void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k) {
+  // Random FP8 operands: quantize random BF16 (current scaling) once.
+  DeviceBf16 a16(ctx, static_cast<size_t>(m * k), 1.0f, 2), b16(ctx, static_cast<size_t>(n * k), 1.0f, 3);
+  void *a = device_alloc(ctx, static_cast<size_t>(m * k)), *b = device_alloc(ctx, static_cast<size_t>(n * k));
+  void *d = device_alloc(ctx, static_cast<size_t>(m * n) * 2);
+  float *sinv = static_cast<float *>(device_alloc(ctx, 2 * sizeof(float)));
+  te_tensor ta16 = tensor(a16.ptr, TE_DTYPE_BF16, m, k, dev), tb16 = tensor(b16.ptr, TE_DTYPE_BF16, n, k, dev);
+  te_tensor ta = tensor(a, TE_DTYPE_E4M3, m, k, dev), tb = tensor(b, TE_DTYPE_E4M3, n, k, dev);
+  ta.scale_inv = sinv;
+  tb.scale_inv = sinv + 1;
+  CHECK(te_quantize(ctx, &ta16, &ta, nullptr));
+  CHECK(te_quantize(ctx, &tb16, &tb, nullptr));
+  te_tensor td = tensor(d, TE_DTYPE_BF16, m, n, dev);
+  te_gemm_options g;
+  CHECK(te_gemm_options_init(&g));
+  g.transb = 1;
+  double t = time_per_call(ctx, [&] { CHECK(te_gemm(ctx, &ta, &tb, &td, &g)); }, 10);
+  emit("gemm_fp8_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
+       num("ms", t * 1e3) + ", " + num("TFLOPs", 2.0 * m * n * k / t / 1e12));
+  te_context_free(ctx, a);
+  te_context_free(ctx, b);
+  te_context_free(ctx, d);
+  te_context_free(ctx, sinv);
+}
+
+void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, int64_t out) {
+  te_linear_options lo;
+  CHECK(te_linear_options_init(&lo));
+  lo.in_features = in;
+  lo.out_features = out;
+  lo.activation_dtype = TE_DTYPE_BF16;
+  te_linear *lin = nullptr;
+  CHECK(te_linear_create(&lin, ctx, &lo));
+  DeviceBf16 x(ctx, static_cast<size_t>(tokens * in), 1.0f, 4), w(ctx, static_cast<size_t>(out * in), 0.02f, 5);
+  DeviceBf16 b(ctx, static_cast<size_t>(out), 0.1f, 6), dy(ctx, static_cast<size_t>(tokens * out), 1e-3f, 7);
+  void *y = device_alloc(ctx, static_cast<size_t>(tokens * out) * 2);
+  void *dx = device_alloc(ctx, static_cast<size_t>(tokens * in) * 2), *dw = device_alloc(ctx, static_cast<size_t>(out * in) * 2);
+  void *db = device_alloc(ctx, static_cast<size_t>(out) * 2);
+  te_tensor tx = tensor(x.ptr, TE_DTYPE_BF16, tokens, in, dev), tw = tensor(w.ptr, TE_DTYPE_BF16, out, in, dev);
+  te_tensor tb = tensor(b.ptr, TE_DTYPE_BF16, out, 1, dev), ty = tensor(y, TE_DTYPE_BF16, tokens, out, dev);
+  tb.ndim = 1;
+  te_tensor tdy = tensor(dy.ptr, TE_DTYPE_BF16, tokens, out, dev), tdx = tensor(dx, TE_DTYPE_BF16, tokens, in, dev);
+  te_tensor tdw = tensor(dw, TE_DTYPE_BF16, out, in, dev), tdb = tensor(db, TE_DTYPE_BF16, out, 1, dev);
+  tdb.ndim = 1;
+  te_linear_forward_args fa;
+  CHECK(te_linear_forward_args_init(&fa));
+  fa.input = &tx;
+  fa.weight = &tw;
+  fa.bias = &tb;
+  te_autocast_options ao;
+  CHECK(te_autocast_options_init(&ao));
+  te_linear_backward_args once;
+  CHECK(te_linear_backward_args_init(&once));
+  once.flags = TE_BACKWARD_ONCE;
+  auto step = [&] {
+    te_autocast_token tok;
+    te_linear_backward_ctx *bwd = nullptr;
+    CHECK(te_autocast_begin(ctx, &ao, &tok));
+    CHECK(te_linear_forward(ctx, lin, &fa, &ty, &bwd));
+    CHECK(te_autocast_end(ctx, tok));
+    CHECK(te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once));
+    te_linear_backward_ctx_destroy(bwd);
+  };
+  double t = time_per_call(ctx, step, 10);
+  const double flops = 3 * 2.0 * tokens * in * out;
+  emit("linear_fwd_bwd_" + std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out),
+       num("ms", t * 1e3) + ", " + num("TFLOPs", flops / t / 1e12));
+
+  // Host time per forward call: enqueue many without synchronising (the device runs behind).
+  te_autocast_token tok;
+  CHECK(te_autocast_begin(ctx, &ao, &tok));
+  const int calls = 50;
+  std::vector<te_linear_backward_ctx *> ctxs(calls);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) CHECK(te_linear_forward(ctx, lin, &fa, &ty, &ctxs[i]));
+  double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+  CHECK(te_autocast_end(ctx, tok));
+  CHECK(te_context_synchronize(ctx));
+  for (auto *c : ctxs) te_linear_backward_ctx_destroy(c);
+  emit("host_linear_forward_" + std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out),
+       num("us_per_call", host * 1e6));
+
+  for (void *p : {y, dx, dw, db}) te_context_free(ctx, p);
+  te_linear_destroy(lin);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  te_context_options o;
+  CHECK(te_context_options_init(&o));
+  o.use_default_device = 0;
+  o.device.type = TE_DEVICE_CUDA;
+  te_context *ctx = nullptr;
+  te_status s = te_context_create(&ctx, &o);
+  if (s != TE_SUCCESS) {
+    std::printf("{\"skipped\": \"%s\"}\n", te_last_error());
+    return 0;
+  }
+  te_device dev;
+  CHECK(te_context_get_device(ctx, &dev));
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bench_cast(ctx, dev, 16384, 4096);
+  if (!quick) bench_cast(ctx, dev, 16384, 14336);
+  bench_gemm(ctx, dev, 8192, 8192, 8192);
+  if (!quick) {
+    bench_gemm(ctx, dev, 16384, 4096, 4096);
+    bench_gemm(ctx, dev, 16384, 14336, 4096);
+    bench_gemm(ctx, dev, 16384, 4096, 14336);
+  }
+  bench_linear(ctx, dev, 16384, 4096, 14336);
+  if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096);
+  te_context_destroy(ctx);
+  std::printf("{\n%s\n}\n", json_out.c_str());
+  return 0;
+}
