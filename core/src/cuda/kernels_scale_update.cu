@@ -1,0 +1,111 @@
+// Delayed-scaling maintenance: gather_amax (history[0] of every state into one packed buffer for
+// the all-reduce) and scale_update (delayed_scale_update of numerics.cpp for every state).
+// The host-side items travel as kernel parameters, up to kItemsPerLaunch per launch, so that a
+// bucket's update is one launch, needs no staging copy and can be captured in a CUDA graph.
+// scale_update runs one thread block per state; the history roll is done in place, in chunks of
+// blockDim elements with a barrier between each chunk's reads and its writes.
+#include <cfloat>
+
+#include "cuda/cuda_check.h"
+#include "cuda/fp8_convert.cuh"
+#include "cuda/kernels.h"
+
+namespace te::cuda {
+
+namespace {
+
+constexpr int kItemsPerLaunch = 128;  // 5 KiB of parameters: needs CUDA >= 12.1 (32 KiB limit)
+constexpr int kUpdateThreads = 256;
+
+struct UpdateItem {
+  float *history;
+  float *scale;
+  float *scale_inv;
+  int len;
+  int margin;
+  int algo;
+  float fp8_max;
+};
+
+struct UpdateChunk {
+  UpdateItem item[kItemsPerLaunch];
+};
+
+__global__ void gather_amax_kernel(const __grid_constant__ UpdateChunk chunk, int n, float *packed) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) packed[i] = chunk.item[i].history[0];
+}
+
+__global__ void __launch_bounds__(kUpdateThreads)
+    scale_update_kernel(const __grid_constant__ UpdateChunk chunk, const float *reduced_amax) {
+  __shared__ uint32_t scratch[32];
+  const UpdateItem &it = chunk.item[blockIdx.x];
+  float *h = it.history;
+  const int len = it.len;
+  const float last_amax = reduced_amax != nullptr ? reduced_amax[blockIdx.x] : h[0];
+
+  float amax = last_amax;
+  if (it.algo == static_cast<int>(AmaxAlgo::Max)) {
+    // fmaxf from 0, written as `v > m ? v : m`: NaN never wins, nor does -0, so m is a
+    // non-negative non-NaN float and its bits order like its value.
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+      const float v = i == 0 ? last_amax : h[i];
+      m = v > m ? v : m;
+    }
+    amax = __uint_as_float(block_max_u32(__float_as_uint(m), scratch));
+  }
+
+  if (threadIdx.x == 0) {
+    float new_scale = *it.scale;
+    if (isfinite(amax) && amax > 0.0f) new_scale = __fdiv_rn(__fdiv_rn(it.fp8_max, amax), ldexpf(1.0f, it.margin));
+    if (isinf(new_scale)) new_scale = FLT_MAX;
+    *it.scale = new_scale;
+    *it.scale_inv = reciprocal_rn(new_scale);
+  }
+
+  __syncthreads();  // every read of h above happens before the roll writes it
+  for (int base = 0; base < len - 1; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const float v = i < len - 1 ? h[i + 1] : 0.0f;
+    __syncthreads();
+    if (i < len - 1) h[i] = v;
+  }
+  if (threadIdx.x == 0) {
+    if (len > 1) h[len - 1] = last_amax;
+    h[0] = 0.0f;
+  }
+}
+
+int fill_chunk(UpdateChunk &chunk, const ScaleUpdateItem *items, int n) {
+  const int count = n < kItemsPerLaunch ? n : kItemsPerLaunch;
+  for (int i = 0; i < count; ++i) {
+    const ScaleUpdateItem &s = items[i];
+    chunk.item[i] = UpdateItem{s.history, s.scale, s.scale_inv, s.len, s.margin, static_cast<int>(s.algo), s.fp8_max};
+  }
+  return count;
+}
+
+}  // namespace
+
+void gather_amax(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
+  UpdateChunk chunk;
+  for (int done = 0; done < n;) {
+    const int count = fill_chunk(chunk, items + done, n - done);
+    gather_amax_kernel<<<1, kItemsPerLaunch, 0, stream>>>(chunk, count, packed + done);
+    TE_CUDA_CHECK_LAUNCH();
+    done += count;
+  }
+}
+
+void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax, cudaStream_t stream) {
+  UpdateChunk chunk;
+  for (int done = 0; done < n;) {
+    const int count = fill_chunk(chunk, items + done, n - done);
+    scale_update_kernel<<<count, kUpdateThreads, 0, stream>>>(chunk, reduced_amax != nullptr ? reduced_amax + done : nullptr);
+    TE_CUDA_CHECK_LAUNCH();
+    done += count;
+  }
+}
+
+}  // namespace te::cuda
