@@ -132,11 +132,12 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k)
   DeviceBf16 a16(ctx, static_cast<size_t>(m * k), 1.0f, 2), b16(ctx, static_cast<size_t>(n * k), 1.0f, 3);
   void *a = device_alloc(ctx, static_cast<size_t>(m * k)), *b = device_alloc(ctx, static_cast<size_t>(n * k));
   void *d = device_alloc(ctx, static_cast<size_t>(m * n) * 2);
-  float *sinv = static_cast<float *>(device_alloc(ctx, 2 * sizeof(float)));
+  float *sinv = static_cast<float *>(device_alloc(ctx, sizeof(float)));
+  float *sinv_b = static_cast<float *>(device_alloc(ctx, sizeof(float)));
   te_tensor ta16 = tensor(a16.ptr, TE_DTYPE_BF16, m, k, dev), tb16 = tensor(b16.ptr, TE_DTYPE_BF16, n, k, dev);
   te_tensor ta = tensor(a, TE_DTYPE_E4M3, m, k, dev), tb = tensor(b, TE_DTYPE_E4M3, n, k, dev);
   ta.scale_inv = sinv;
-  tb.scale_inv = sinv + 1;
+  tb.scale_inv = sinv_b;
   CHECK(te_quantize(ctx, &ta16, &ta, nullptr));
   CHECK(te_quantize(ctx, &tb16, &tb, nullptr));
   te_tensor td = tensor(d, TE_DTYPE_BF16, m, n, dev);
@@ -150,6 +151,7 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k)
   te_context_free(ctx, b);
   te_context_free(ctx, d);
   te_context_free(ctx, sinv);
+  te_context_free(ctx, sinv_b);
 }
 
 void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, int64_t out) {

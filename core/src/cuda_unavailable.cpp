@@ -11,7 +11,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   (void)device_index;
   throw Error(Status::Unsupported,
               "argument 'device': CUDA requested, but this libte was built without the CUDA backend "
-              "(configure with the CUDA toolkit present and TE_WITH_CUDA=AUTO or ON)");
+              "(configure where the CUDA toolkit with cuBLASLt is installed, TE_WITH_CUDA=AUTO or ON)");
 }
 
 }  // namespace te

@@ -14,6 +14,7 @@
 #include "cuda/lt_gemm.h"
 
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <unordered_map>
 
@@ -403,8 +404,24 @@ void LtGemm::run(Backend &be, const GemmArgs &g, void *workspace, size_t workspa
     impl_->run_block_scaled(be, g, workspace, workspace_bytes, stream);
     return;
   }
-  if (!impl_->execute(be, g, g.a, g.b, fp8 ? g.a.scale_inv : nullptr, fp8 ? g.b.scale_inv : nullptr, true, workspace,
-                      workspace_bytes, stream))
+  // cuBLASLt rejects (NOT_SUPPORTED at matmul time) scale pointers that are not 16-byte
+  // aligned, such as two scales packed side by side: such a scale is copied to aligned scratch.
+  const float *a_scale = fp8 ? g.a.scale_inv : nullptr, *b_scale = fp8 ? g.b.scale_inv : nullptr;
+  Buffer aligned_scales;
+  auto misaligned = [](const float *p) { return p && reinterpret_cast<uintptr_t>(p) % 16 != 0; };
+  if (misaligned(a_scale) || misaligned(b_scale)) {
+    aligned_scales = Buffer(&be, 32);
+    float *slots = aligned_scales.floats();  // [0]: A's scale, [4]: B's (16 bytes apart)
+    if (misaligned(a_scale)) {
+      be.copy(slots, a_scale, sizeof(float));
+      a_scale = slots;
+    }
+    if (misaligned(b_scale)) {
+      be.copy(slots + 4, b_scale, sizeof(float));
+      b_scale = slots + 4;
+    }
+  }
+  if (!impl_->execute(be, g, g.a, g.b, a_scale, b_scale, true, workspace, workspace_bytes, stream))
     fail(Status::Unsupported, "GEMM: cuBLASLt has no algorithm for A %s x B %s -> D %s (m=%lld n=%lld k=%lld)",
          dtype_name(g.a.dtype), dtype_name(g.b.dtype), dtype_name(g.d.dtype), static_cast<long long>(m),
          static_cast<long long>(n), static_cast<long long>(k));
