@@ -75,16 +75,16 @@ def torch_numbers(torch):
 
         ms = cuda_time(torch, step, iters=10)
         out[f"nn_linear_fwd_bwd_{tokens}x{fin}x{fout}"] = {"ms": ms}
-        with torch.no_grad():
-            for _ in range(3):
-                lin(x)
-            torch.cuda.synchronize()
-            calls = 50
+        # Host time of the forward call inside an unsynchronised training loop, as libte's.
+        torch.cuda.synchronize()
+        host, steps = 0.0, 8
+        for _ in range(steps):
             t0 = time.perf_counter()
-            for _ in range(calls):
-                lin(x)
-            host = (time.perf_counter() - t0) / calls
-            torch.cuda.synchronize()
+            y = lin(x)
+            host += time.perf_counter() - t0
+            y.backward(dy)
+        torch.cuda.synchronize()
+        host /= steps
         out[f"nn_linear_host_forward_{tokens}x{fin}x{fout}"] = {"us_per_call": host * 1e6}
     return out
 
