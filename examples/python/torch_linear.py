@@ -68,9 +68,20 @@ def compare(name, got, want, rtol):
     return ok
 
 
+def cuda_context_ok():
+    try:
+        libte.Context("cuda").close()
+        return True
+    except libte.Error:
+        return False
+
+
 def main():
     torch.manual_seed(0)
-    device = "cpu"  # libte's CPU context; "cuda" once the CUDA backend lands
+    # The GPU when both PyTorch and libte can use one (torch tensors reach libte through
+    # DLPack, zero-copy), else the CPU; argv[1] may force "cpu" or "cuda".
+    device = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() and cuda_context_ok() else "cpu")
+    print("device:", device)
     tokens, fin, fout = 64, 128, 96
     ref = torch.nn.Linear(fin, fout).to(device)
     x = torch.randn(tokens, fin, device=device, requires_grad=True)
