@@ -36,14 +36,14 @@ void ScalingState::read(Backend &be, float *scale_out, float *scale_inv_out, flo
 }
 
 void ScalingState::assign(Backend &be, int len, DType dtype, float scale, float scale_inv, const float *history) {
-  if (len == 0) {
+  if (len <= 0) {
     mem_.reset();
     len_ = 0;
     dtype_ = dtype;
     return;
   }
   std::vector<float> host(static_cast<size_t>(len) + 3, 0.0f);
-  std::copy(history, history + len, host.begin());
+  std::copy_n(history, static_cast<size_t>(len), host.begin());
   host[len] = scale;
   host[len + 1] = scale_inv;
   Buffer mem(&be, host.size() * sizeof(float));
