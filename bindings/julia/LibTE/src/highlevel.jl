@@ -220,16 +220,25 @@ function Base.close(ctx::Context)
     return nothing
 end
 
-function _finalize_context(ctx::Context)
-    if !trylock(ctx.lock)
-        finalizer(_finalize_context, ctx)  # in use on another thread: try at a later GC
+# A finalizer's body: runs f() holding lk, or, when lk is in use on another thread, registers
+# the finalizer fin for obj again to try at a later GC (a finalizer must not block).
+function _locked_or_later(f, fin, obj, lk::ReentrantLock)
+    if !trylock(lk)
+        finalizer(fin, obj)
         return nothing
     end
     try
+        f()
+    finally
+        unlock(lk)
+    end
+    return nothing
+end
+
+function _finalize_context(ctx::Context)
+    _locked_or_later(_finalize_context, ctx, ctx.lock) do
         ctx.closing = true
         _maybe_destroy(ctx)
-    finally
-        unlock(ctx.lock)
     end
     return nothing
 end
@@ -284,16 +293,7 @@ function _release_child!(obj::ContextChild, destroy)
 end
 
 function _finalize_child(obj::ContextChild)
-    ctx = obj.ctx
-    if !trylock(ctx.lock)
-        finalizer(_finalize_child, obj)
-        return nothing
-    end
-    try
-        _destroy!(obj)
-    finally
-        unlock(ctx.lock)
-    end
+    _locked_or_later(() -> _destroy!(obj), _finalize_child, obj, obj.ctx.lock)
     return nothing
 end
 
@@ -553,16 +553,8 @@ mutable struct Residuals <: ContextChild
     storage::Base.RefValue{te_linear_residuals}
 end
 
-function _destroy!(r::Residuals)
-    if r.handle != C_NULL
-        te_linear_residuals_release(r.storage)
-        r.handle = C_NULL
-        r.ctx.children -= 1
-        _maybe_destroy(r.ctx)
-    end
-    r.keepalive = nothing
-    return nothing
-end
+# The C call takes the struct the handle points into, which `storage` keeps rooted.
+_destroy!(r::Residuals) = _release_child!(r, _ -> te_linear_residuals_release(r.storage))
 
 function _check_bias(lin::Linear, b)
     lin.bias == (b !== nothing) ||

@@ -273,32 +273,27 @@ impl Linear {
 
     /// A copy of one scaling state, with its whole amax history.
     pub fn scaling_state(&self, ctx: &Context, role: TensorRole) -> Result<ScalingStateInfo> {
-        let mut info = sys::te_scaling_state_info {
-            struct_size: std::mem::size_of::<sys::te_scaling_state_info>(),
-            ..Default::default()
-        };
-        check(unsafe {
-            sys::te_linear_get_scaling_state(
-                ctx.as_ptr(),
-                self.raw.as_ptr(),
-                role.to_raw(),
-                &mut info,
-                ptr::null_mut(),
-                0,
-            )
-        })?;
-        let mut history = vec![0.0f32; info.amax_history_len.max(0) as usize];
-        if !history.is_empty() {
+        // Called twice: with no buffer for the history's length, then to fill it.
+        let get = |info: &mut sys::te_scaling_state_info, history: *mut f32, cap: usize| {
             check(unsafe {
                 sys::te_linear_get_scaling_state(
                     ctx.as_ptr(),
                     self.raw.as_ptr(),
                     role.to_raw(),
-                    &mut info,
-                    history.as_mut_ptr(),
-                    history.len(),
+                    info,
+                    history,
+                    cap,
                 )
-            })?;
+            })
+        };
+        let mut info = sys::te_scaling_state_info {
+            struct_size: std::mem::size_of::<sys::te_scaling_state_info>(),
+            ..Default::default()
+        };
+        get(&mut info, ptr::null_mut(), 0)?;
+        let mut history = vec![0.0f32; info.amax_history_len.max(0) as usize];
+        if !history.is_empty() {
+            get(&mut info, history.as_mut_ptr(), history.len())?;
             history.truncate(info.amax_history_len.max(0) as usize);
         }
         Ok(ScalingStateInfo {
@@ -312,26 +307,22 @@ impl Linear {
     /// Serialises the layer's FP8 state (histories, scales) into a versioned byte format;
     /// [`state_load`](Linear::state_load) restores it bit-exactly.
     pub fn state_save(&self, ctx: &Context) -> Result<Vec<u8>> {
+        // Called twice: with no buffer for the size, then to fill it.
+        let save = |buf: *mut u8, capacity: usize, size: &mut usize| {
+            check(unsafe {
+                sys::te_linear_state_save(
+                    ctx.as_ptr(),
+                    self.raw.as_ptr(),
+                    buf.cast(),
+                    capacity,
+                    size,
+                )
+            })
+        };
         let mut size = 0usize;
-        check(unsafe {
-            sys::te_linear_state_save(
-                ctx.as_ptr(),
-                self.raw.as_ptr(),
-                ptr::null_mut(),
-                0,
-                &mut size,
-            )
-        })?;
+        save(ptr::null_mut(), 0, &mut size)?;
         let mut buf = vec![0u8; size];
-        check(unsafe {
-            sys::te_linear_state_save(
-                ctx.as_ptr(),
-                self.raw.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut size,
-            )
-        })?;
+        save(buf.as_mut_ptr(), buf.len(), &mut size)?;
         buf.truncate(size);
         Ok(buf)
     }

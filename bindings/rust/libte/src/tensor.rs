@@ -173,15 +173,20 @@ fn describe(
     Ok(raw)
 }
 
-/// Checks an FP8 descriptor's dtype, and that `scale_inv_len` floats are enough for its shape.
-fn attach_scale_inv(
+/// [`describe`] for FP8 codes with their `scale_inv` attached: also checks that `dtype` is FP8
+/// and that `scale_inv_len` floats are enough for the shape and scaling mode.
+#[allow(clippy::too_many_arguments)] // two (pointer, length) pairs, as in `describe`
+fn describe_fp8(
     func: &str,
-    raw: &mut sys::te_tensor,
+    codes: *mut c_void,
+    codes_len: usize,
     dtype: DType,
-    scaling: ScalingMode,
+    shape: &[usize],
     scale_inv: *mut f32,
     scale_inv_len: usize,
-) -> Result<()> {
+    scaling: ScalingMode,
+) -> Result<sys::te_tensor> {
+    let mut raw = describe(func, codes, codes_len, dtype, shape)?;
     if !dtype.is_fp8() {
         return Err(Error::invalid_argument(format!(
             "{}: argument 'dtype': expected E4M3 or E5M2, got {:?}",
@@ -191,7 +196,7 @@ fn attach_scale_inv(
     raw.scaling = scaling.to_raw();
     raw.scale_inv = scale_inv;
     let mut needed: i64 = 0;
-    check(unsafe { sys::te_tensor_scale_inv_count(&mut needed, raw) })?;
+    check(unsafe { sys::te_tensor_scale_inv_count(&mut needed, &raw) })?;
     if (scale_inv_len as u64) < needed as u64 {
         return Err(Error::invalid_argument(format!(
             "{}: argument 'scale_inv': expected {} floats for {:?} scaling of shape {:?}, got {}",
@@ -202,7 +207,7 @@ fn attach_scale_inv(
             scale_inv_len
         )));
     }
-    Ok(())
+    Ok(raw)
 }
 
 /// Checks a descriptor libte filled (a residual) before a safe view is made of it.
@@ -246,10 +251,7 @@ impl<'a> TensorView<'a> {
             T::DTYPE,
             shape,
         )?;
-        Ok(TensorView {
-            raw,
-            _data: PhantomData,
-        })
+        Ok(TensorView::wrap(raw))
     }
 
     /// Views FP8 codes (`dtype` E4M3 or E5M2) with their `scale_inv`: dequantized value =
@@ -262,26 +264,17 @@ impl<'a> TensorView<'a> {
         scale_inv: &'a [f32],
         scaling: ScalingMode,
     ) -> Result<TensorView<'a>> {
-        const FUNC: &str = "TensorView::from_fp8";
-        let mut raw = describe(
-            FUNC,
+        let raw = describe_fp8(
+            "TensorView::from_fp8",
             codes.as_ptr() as *mut c_void,
             codes.len(),
             dtype,
             shape,
-        )?;
-        attach_scale_inv(
-            FUNC,
-            &mut raw,
-            dtype,
-            scaling,
             scale_inv.as_ptr() as *mut f32,
             scale_inv.len(),
+            scaling,
         )?;
-        Ok(TensorView {
-            raw,
-            _data: PhantomData,
-        })
+        Ok(TensorView::wrap(raw))
     }
 
     /// A view of a descriptor libte filled; checked for what a safe view relies on.
@@ -291,10 +284,7 @@ impl<'a> TensorView<'a> {
     /// dtype and scaling say, valid and unmodified for `'a`.
     pub(crate) unsafe fn from_foreign(raw: sys::te_tensor) -> Result<TensorView<'a>> {
         check_foreign(&raw)?;
-        Ok(TensorView {
-            raw,
-            _data: PhantomData,
-        })
+        Ok(TensorView::wrap(raw))
     }
 
     /// Wraps a raw descriptor.
@@ -304,6 +294,11 @@ impl<'a> TensorView<'a> {
     /// `raw.data` (and `raw.scale_inv` for FP8) must point to memory of the size it describes
     /// on `raw.device`, valid and not written by anyone else for `'a`.
     pub unsafe fn from_raw(raw: sys::te_tensor) -> TensorView<'a> {
+        TensorView::wrap(raw)
+    }
+
+    /// The view of `raw`; every constructor has checked it (or made the caller promise it).
+    fn wrap(raw: sys::te_tensor) -> TensorView<'a> {
         TensorView {
             raw,
             _data: PhantomData,
@@ -433,10 +428,7 @@ impl<'a> TensorViewMut<'a> {
             T::DTYPE,
             shape,
         )?;
-        Ok(TensorViewMut {
-            raw,
-            _data: PhantomData,
-        })
+        Ok(TensorViewMut::wrap(raw))
     }
 
     /// Views a buffer for FP8 codes and their scale_inv, for `Context::quantize` to fill.
@@ -447,26 +439,17 @@ impl<'a> TensorViewMut<'a> {
         scale_inv: &'a mut [f32],
         scaling: ScalingMode,
     ) -> Result<TensorViewMut<'a>> {
-        const FUNC: &str = "TensorViewMut::from_fp8";
-        let mut raw = describe(
-            FUNC,
+        let raw = describe_fp8(
+            "TensorViewMut::from_fp8",
             codes.as_mut_ptr() as *mut c_void,
             codes.len(),
             dtype,
             shape,
-        )?;
-        attach_scale_inv(
-            FUNC,
-            &mut raw,
-            dtype,
-            scaling,
             scale_inv.as_mut_ptr(),
             scale_inv.len(),
+            scaling,
         )?;
-        Ok(TensorViewMut {
-            raw,
-            _data: PhantomData,
-        })
+        Ok(TensorViewMut::wrap(raw))
     }
 
     /// Wraps a raw descriptor.
@@ -474,6 +457,11 @@ impl<'a> TensorViewMut<'a> {
     /// # Safety
     /// As [`TensorView::from_raw`], and nobody else may read or write the memory for `'a`.
     pub unsafe fn from_raw(raw: sys::te_tensor) -> TensorViewMut<'a> {
+        TensorViewMut::wrap(raw)
+    }
+
+    /// The view of `raw`; every constructor has checked it (or made the caller promise it).
+    fn wrap(raw: sys::te_tensor) -> TensorViewMut<'a> {
         TensorViewMut {
             raw,
             _data: PhantomData,
@@ -482,10 +470,7 @@ impl<'a> TensorViewMut<'a> {
 
     /// A read-only view of the same memory, for as long as this one is borrowed.
     pub fn as_view(&self) -> TensorView<'_> {
-        TensorView {
-            raw: self.raw,
-            _data: PhantomData,
-        }
+        TensorView::wrap(self.raw)
     }
 
     /// The element type.

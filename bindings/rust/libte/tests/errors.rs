@@ -13,20 +13,18 @@ fn bf16_layer(ctx: &Context) -> Linear {
 fn wrong_dtype_is_reported_with_the_argument() {
     let ctx = Context::cpu().unwrap();
     let mut fc = bf16_layer(&ctx); // BF16 activations
-    let x = vec![0.0f32; 16 * 64];
-    let w = vec![0.0f32; 32 * 64];
-    let b = vec![0.0f32; 32];
-    let mut y = vec![0.0f32; 16 * 32];
-    let args = ForwardArgs::new(view(&x, &[16, 64]), view(&w, &[32, 64])).bias(view(&b, &[32]));
-    let err = fc
-        .forward(&ctx, &args, &mut view_mut(&mut y, &[16, 32]))
-        .unwrap_err();
+    let mut bufs = ForwardBuffers::new([16, 64, 32], 0.0, 0.0);
+    let (args, mut y) = bufs.views();
+    let err = fc.forward(&ctx, &args, &mut y).unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert_eq!(
         err.message(),
         "te_linear_forward: argument 'args->input': expected dtype BF16, got F32"
     );
-    assert!(y.iter().all(|&v| v == 0.0), "outputs untouched on failure");
+    assert!(
+        bufs.y.iter().all(|&v| v == 0.0),
+        "outputs untouched on failure"
+    );
 }
 
 #[test]
@@ -77,15 +75,10 @@ fn wrong_shape_is_reported() {
 fn fp8_shape_not_multiple_of_16_is_unsupported() {
     let mut ctx = Context::cpu().unwrap();
     let mut fc = f32_linear(&ctx, 64, 32);
-    let x = vec![0.1f32; 10 * 64];
-    let w = vec![0.1f32; 32 * 64];
-    let b = vec![0.0f32; 32];
-    let mut y = vec![0.0f32; 10 * 32];
-    let args = ForwardArgs::new(view(&x, &[10, 64]), view(&w, &[32, 64])).bias(view(&b, &[32]));
+    let mut bufs = ForwardBuffers::new([10, 64, 32], 0.1, 0.1);
+    let (args, mut y) = bufs.views();
     let scope = ctx.autocast(&AutocastOptions::default()).unwrap();
-    let err = fc
-        .forward(&scope, &args, &mut view_mut(&mut y, &[10, 32]))
-        .unwrap_err();
+    let err = fc.forward(&scope, &args, &mut y).unwrap_err();
     assert_eq!(err.status(), Status::Unsupported);
     assert!(err.message().contains("16"), "{}", err);
 }
@@ -208,14 +201,9 @@ fn a_layer_of_another_context_is_rejected() {
     let ctx_a = Context::cpu().unwrap();
     let ctx_b = Context::cpu().unwrap();
     let mut fc = f32_linear(&ctx_a, 64, 32);
-    let x = vec![0.0f32; 16 * 64];
-    let w = vec![0.0f32; 32 * 64];
-    let b = vec![0.0f32; 32];
-    let mut y = vec![0.0f32; 16 * 32];
-    let args = ForwardArgs::new(view(&x, &[16, 64]), view(&w, &[32, 64])).bias(view(&b, &[32]));
-    let err = fc
-        .forward(&ctx_b, &args, &mut view_mut(&mut y, &[16, 32]))
-        .unwrap_err();
+    let mut bufs = ForwardBuffers::new([16, 64, 32], 0.0, 0.0);
+    let (args, mut y) = bufs.views();
+    let err = fc.forward(&ctx_b, &args, &mut y).unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert_eq!(
         err.message(),
@@ -225,9 +213,7 @@ fn a_layer_of_another_context_is_rejected() {
     assert!(err.message().contains("another te_context"), "{}", err);
 
     // A backward context of another context, too.
-    let mut bwd = fc
-        .forward(&ctx_a, &args, &mut view_mut(&mut y, &[16, 32]))
-        .unwrap();
+    let mut bwd = fc.forward(&ctx_a, &args, &mut y).unwrap();
     let dy = vec![0.0f32; 16 * 32];
     let err = bwd
         .backward(&ctx_b, &view(&dy, &[16, 32]), None, None, None)
@@ -240,14 +226,9 @@ fn a_layer_of_another_context_is_rejected() {
 fn backward_with_wrong_gradient_shapes() {
     let ctx = Context::cpu().unwrap();
     let mut fc = f32_linear(&ctx, 64, 32);
-    let x = vec![0.5f32; 16 * 64];
-    let w = vec![0.5f32; 32 * 64];
-    let b = vec![0.0f32; 32];
-    let mut y = vec![0.0f32; 16 * 32];
-    let args = ForwardArgs::new(view(&x, &[16, 64]), view(&w, &[32, 64])).bias(view(&b, &[32]));
-    let mut bwd = fc
-        .forward(&ctx, &args, &mut view_mut(&mut y, &[16, 32]))
-        .unwrap();
+    let mut bufs = ForwardBuffers::new([16, 64, 32], 0.5, 0.5);
+    let (args, mut y) = bufs.views();
+    let mut bwd = fc.forward(&ctx, &args, &mut y).unwrap();
     let dy = vec![1.0f32; 16 * 32];
     let mut dx = vec![0.0f32; 16 * 32]; // should be [16, 64]
     let err = bwd

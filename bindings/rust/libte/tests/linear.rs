@@ -14,6 +14,14 @@ struct Data {
     dy: Vec<f32>,
 }
 
+impl Data {
+    /// The forward's arguments: x, W and b.
+    fn args(&self) -> ForwardArgs<'_> {
+        ForwardArgs::new(view(&self.x, &[TOKENS, IN]), view(&self.w, &[OUT, IN]))
+            .bias(view(&self.b, &[OUT]))
+    }
+}
+
 fn data() -> Data {
     Data {
         x: fill(1, TOKENS * IN),
@@ -87,8 +95,7 @@ fn check_against_reference(recipe: Option<&Recipe>) {
     let d = data();
     let mut fc = f32_linear(&ctx, IN, OUT);
     let mut y = vec![0.0f32; TOKENS * OUT];
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
 
     let opts = match recipe {
         Some(r) => AutocastOptions::fp8(r),
@@ -184,8 +191,7 @@ fn current_scaling_forward_matches_f64_reference() {
     let d = data();
     let mut fc = f32_linear(&ctx, IN, OUT);
     let mut y = vec![0.0f32; TOKENS * OUT];
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
     let scope = ctx.autocast(&AutocastOptions::fp8(&recipe)).unwrap();
     let res = fc
         .forward_compute(&scope, &args, &mut view_mut(&mut y, &[TOKENS, OUT]))
@@ -208,8 +214,7 @@ fn backward_twice_is_identical() {
     let d = data();
     let mut fc = f32_linear(&ctx, IN, OUT);
     let mut y = vec![0.0f32; TOKENS * OUT];
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
     let mut bwd = {
         let scope = ctx.autocast(&AutocastOptions::fp8(&recipe)).unwrap();
         fc.forward(&scope, &args, &mut view_mut(&mut y, &[TOKENS, OUT]))
@@ -229,8 +234,7 @@ fn backward_once_then_again_is_invalid_state() {
     let d = data();
     let mut fc = f32_linear(&ctx, IN, OUT);
     let mut y = vec![0.0f32; TOKENS * OUT];
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
     let mut bwd = {
         let scope = ctx.autocast(&AutocastOptions::default()).unwrap();
         fc.forward(&scope, &args, &mut view_mut(&mut y, &[TOKENS, OUT]))
@@ -268,8 +272,7 @@ fn compute_then_save_equals_forward() {
     let mut fc_b = f32_linear(&ctx, IN, OUT);
     let mut ya = vec![0.0f32; TOKENS * OUT];
     let mut yb = vec![0.0f32; TOKENS * OUT];
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
     let (mut bwd_a, mut bwd_b) = {
         let scope = ctx.autocast(&AutocastOptions::fp8(&recipe)).unwrap();
         let a = fc_a
@@ -330,8 +333,7 @@ fn state_round_trip_is_bit_exact() {
     }
 
     // Both layers now compute the same next step.
-    let args = ForwardArgs::new(view(&d.x, &[TOKENS, IN]), view(&d.w, &[OUT, IN]))
-        .bias(view(&d.b, &[OUT]));
+    let args = d.args();
     let mut y2 = vec![0.0f32; TOKENS * OUT];
     {
         let scope = ctx.autocast(&AutocastOptions::fp8(&recipe)).unwrap();

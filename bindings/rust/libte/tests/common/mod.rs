@@ -37,6 +37,39 @@ pub fn view_mut<'a>(data: &'a mut [f32], shape: &[usize]) -> TensorViewMut<'a> {
     TensorViewMut::from_slice(data, shape).expect("TensorViewMut::from_slice")
 }
 
+/// f32 buffers for one forward with bias, `y [tokens, out] = x [tokens, in] W^T + b`: x and W
+/// filled with the given values, b and y zeros.
+pub struct ForwardBuffers {
+    pub x: Vec<f32>,
+    pub w: Vec<f32>,
+    pub b: Vec<f32>,
+    pub y: Vec<f32>,
+    shape: [usize; 3],
+}
+
+impl ForwardBuffers {
+    pub fn new([tokens, input, output]: [usize; 3], x: f32, w: f32) -> ForwardBuffers {
+        ForwardBuffers {
+            x: vec![x; tokens * input],
+            w: vec![w; output * input],
+            b: vec![0.0; output],
+            y: vec![0.0; tokens * output],
+            shape: [tokens, input, output],
+        }
+    }
+
+    /// The forward's arguments (x, W and b) and the view of y to pass with them.
+    pub fn views(&mut self) -> (ForwardArgs<'_>, TensorViewMut<'_>) {
+        let [tokens, input, output] = self.shape;
+        let args = ForwardArgs::new(
+            view(&self.x, &[tokens, input]),
+            view(&self.w, &[output, input]),
+        )
+        .bias(view(&self.b, &[output]));
+        (args, view_mut(&mut self.y, &[tokens, output]))
+    }
+}
+
 /// A residual tensor (FP8 or not) as f64 values, via te_dequantize for FP8.
 pub fn dequantized(ctx: &Context, t: &TensorView<'_>) -> Vec<f64> {
     if t.dtype().is_fp8() {
