@@ -1,16 +1,14 @@
 #include <cstring>
 
 #include "capi_common.h"
+// CUDA- and NCCL-free declarations of the NCCL group factories (core/src/dist): they throw
+// Unsupported in builds without the CUDA backend or <nccl.h>, or where libnccl.so.2 is absent.
+#include "te/core/nccl_group.h"
 
 using namespace te;
 using namespace te::capi;
 
-namespace {
-[[noreturn]] void no_nccl() {
-  fail(Status::Unsupported, "this libte was built without NCCL process groups (they arrive with the NCCL backend); "
-       "use te_group_create_single or a NULL group");
-}
-}  // namespace
+static_assert(sizeof(te_nccl_id) == te::dist::kNcclIdBytes, "te_nccl_id must hold an ncclUniqueId");
 
 extern "C" {
 
@@ -25,14 +23,16 @@ TE_API te_status te_group_create_nccl(te_group **out, void *nccl_comm) {
   return guarded(__func__, [&] {
     check_not_null(out, "out");
     check_not_null(nccl_comm, "nccl_comm");
-    no_nccl();
+    *out = reinterpret_cast<te_group *>(te::dist::nccl_group_borrow(nccl_comm).release());
   });
 }
 
 TE_API te_status te_nccl_get_unique_id(te_nccl_id *out) {
   return guarded(__func__, [&] {
     check_not_null(out, "out");
-    no_nccl();
+    te_nccl_id id;
+    te::dist::nccl_get_unique_id(id.internal);
+    *out = id;
   });
 }
 
@@ -43,7 +43,7 @@ TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks
     if (nranks < 1) fail(Status::InvalidArgument, "argument 'nranks': expected >= 1, got %d", nranks);
     if (rank < 0 || rank >= nranks)
       fail(Status::InvalidArgument, "argument 'rank': expected 0..%d, got %d", nranks - 1, rank);
-    no_nccl();
+    *out = reinterpret_cast<te_group *>(te::dist::nccl_group_init(rank, nranks, id->internal).release());
   });
 }
 

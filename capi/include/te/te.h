@@ -288,12 +288,15 @@ typedef struct te_nccl_id {
 /* A single-rank group: reductions are no-ops. */
 TE_API te_status te_group_create_single(te_group **out);
 /* Borrows a communicator the caller owns (an ncclComm_t); it must outlive
- * the group. UNSUPPORTED in builds without NCCL. */
+ * the group. Amaxes are reduced on the context's stream. UNSUPPORTED in
+ * builds without NCCL or without a usable GPU. */
 TE_API te_status te_group_create_nccl(te_group **out, void *nccl_comm);
 /* Makes a new NCCL id on one rank, to share with the others. */
 TE_API te_status te_nccl_get_unique_id(te_nccl_id *out);
-/* Joins `nranks` ranks into a new communicator the group owns. Collective:
- * every rank calls it. UNSUPPORTED in builds without NCCL. */
+/* Joins `nranks` ranks into a new communicator the group owns, on the calling
+ * thread's current CUDA device (cudaSetDevice first). Collective: every rank
+ * calls it; it blocks until all have joined. UNSUPPORTED in builds without
+ * NCCL or without a usable GPU. */
 TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks,
                                     const te_nccl_id *id);
 /* NULL is a no-op. Every context must be done with the group. */

@@ -387,7 +387,8 @@ function te_group_create_single(out)
 end
 
 # Borrows a communicator the caller owns (an ncclComm_t); it must outlive
-# the group. UNSUPPORTED in builds without NCCL.
+# the group. Amaxes are reduced on the context's stream. UNSUPPORTED in
+# builds without NCCL or without a usable GPU.
 # C: te_status te_group_create_nccl(te_group **out, void *nccl_comm)
 function te_group_create_nccl(out, nccl_comm)
     ccall((:te_group_create_nccl, libte), te_status, (Ptr{Ptr{te_group}}, Ptr{Cvoid}), out, nccl_comm)
@@ -399,8 +400,10 @@ function te_nccl_get_unique_id(out)
     ccall((:te_nccl_get_unique_id, libte), te_status, (Ptr{te_nccl_id},), out)
 end
 
-# Joins `nranks` ranks into a new communicator the group owns. Collective:
-# every rank calls it. UNSUPPORTED in builds without NCCL.
+# Joins `nranks` ranks into a new communicator the group owns, on the calling
+# thread's current CUDA device (cudaSetDevice first). Collective: every rank
+# calls it; it blocks until all have joined. UNSUPPORTED in builds without
+# NCCL or without a usable GPU.
 # C: te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id)
 function te_group_init_nccl(out, rank, nranks, id)
     ccall((:te_group_init_nccl, libte), te_status, (Ptr{Ptr{te_group}}, Int32, Int32, Ptr{te_nccl_id}), out, rank, nranks, id)
