@@ -1,0 +1,653 @@
+/*
+ * train_mlp_ddp: the train_mlp demo trained data-parallel in FP8 over N GPUs.
+ *
+ *   model   Linear(64 -> 256) -> GELU -> Linear(256 -> 16), MSE loss (as train_mlp)
+ *   ranks   one process per GPU, forked from main; each sees only its GPU
+ *           (CUDA_VISIBLE_DEVICES) and has its own libte context
+ *   data    every step one global batch of N x BATCH rows, generated identically on every
+ *           rank from the same seed; rank r trains on rows [r*BATCH, (r+1)*BATCH)
+ *   NCCL    the program's own communicator (ncclCommInitRank, the id shared through a file):
+ *             - it all-reduces the gradients (sum, then / N: the mean over the global batch),
+ *             - libte borrows it (te_group_create_nccl) and, through the autocast scope's
+ *               group, reduces the FP8 amaxes so every rank computes the same scales.
+ *
+ * After training every rank dumps its fp32 master weights and its FP8 scaling states; the
+ * parent checks they are bit-identical across ranks. Rank 0 prints the loss.
+ *
+ * Usage:   train_mlp_ddp [N]          (default: every visible GPU)
+ * Exit:    0   converged (final loss <= 0.1 x initial) and identical on every rank
+ *          1   it did not converge, or the ranks differ
+ *          2   a libte, CUDA or NCCL call (or a file, or malloc) failed
+ *          77  fewer than 2 GPUs (nothing to test)
+ *
+ * Plain C99 + POSIX (fork, mkdtemp).
+ */
+#define _GNU_SOURCE /* mkdtemp, setenv */
+#include <te/te.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Per-rank batch: FP8 GEMMs need every dimension, the token count included, to be a
+ * multiple of 16. */
+enum { IN = 64, HIDDEN = 256, OUT = 16, BATCH = 128 };
+enum { STEPS = 600, LOG_EVERY = 50, FINAL_WINDOW = 20 };
+enum { HISTORY_LEN = 16, MAX_RANKS = 64 };
+
+static const float LEARNING_RATE = 0.5f;
+static const float MOMENTUM = 0.9f;
+static const double CONVERGED_FRACTION = 0.1;
+
+static const uint64_t TEACHER_SEED = 1;
+static const uint64_t INIT_SEED = 2;
+static const uint64_t DATA_SEED = 3;
+
+static int g_rank = -1; /* -1 in the parent */
+
+/* ---- error checking: every te_*, CUDA and NCCL call ends the rank on failure -------------- */
+
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    te_status check_status_ = (call);                                                              \
+    if (check_status_ != TE_SUCCESS) {                                                             \
+      fprintf(stderr, "[rank %d] %s:%d: %s\n  failed: %s: %s\n", g_rank, __FILE__, __LINE__,       \
+              #call, te_status_string(check_status_), te_last_error());                            \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+#define CHECK_CUDA(call)                                                                           \
+  do {                                                                                             \
+    cudaError_t check_cuda_ = (call);                                                              \
+    if (check_cuda_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "[rank %d] %s:%d: %s\n  failed: %s\n", g_rank, __FILE__, __LINE__, #call,    \
+              cudaGetErrorString(check_cuda_));                                                    \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+#define CHECK_NCCL(call)                                                                           \
+  do {                                                                                             \
+    ncclResult_t check_nccl_ = (call);                                                             \
+    if (check_nccl_ != ncclSuccess) {                                                              \
+      fprintf(stderr, "[rank %d] %s:%d: %s\n  failed: %s\n", g_rank, __FILE__, __LINE__, #call,    \
+              ncclGetErrorString(check_nccl_));                                                    \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static void *xcalloc(size_t count, size_t size) {
+  void *p = calloc(count, size);
+  if (p == NULL) {
+    fprintf(stderr, "[rank %d] out of memory\n", g_rank);
+    exit(2);
+  }
+  return p;
+}
+
+/* ---- the same fixed-seed RNG as train_mlp: every rank draws the same numbers ------------- */
+
+typedef struct rng {
+  uint64_t state;
+} rng;
+
+static uint64_t splitmix64(rng *r) {
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double uniform01(rng *r) { return ((double)(splitmix64(r) >> 11) + 1.0) * 0x1.0p-53; }
+
+static float normal(rng *r, float stddev) {
+  double u1 = uniform01(r), u2 = uniform01(r);
+  return (float)(stddev * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void fill_normal(rng *r, float *x, size_t n, float stddev) {
+  for (size_t i = 0; i < n; ++i) x[i] = normal(r, stddev);
+}
+
+/* ---- parameters: one flat fp32 array (and one flat gradient array: one all-reduce) -------- */
+
+enum {
+  W1_SIZE = HIDDEN * IN,
+  B1_SIZE = HIDDEN,
+  W2_SIZE = OUT * HIDDEN,
+  B2_SIZE = OUT,
+  N_PARAMS = W1_SIZE + B1_SIZE + W2_SIZE + B2_SIZE
+};
+
+typedef struct mlp_params {
+  float *w1, *b1, *w2, *b2;
+} mlp_params;
+
+static mlp_params params_view(float *flat) {
+  mlp_params p;
+  p.w1 = flat;
+  p.b1 = p.w1 + W1_SIZE;
+  p.w2 = p.b1 + B1_SIZE;
+  p.b2 = p.w2 + W2_SIZE;
+  return p;
+}
+
+static void init_params(float *flat, uint64_t seed) {
+  rng r = {seed};
+  mlp_params p = params_view(flat);
+  memset(flat, 0, N_PARAMS * sizeof(float));
+  fill_normal(&r, p.w1, W1_SIZE, 1.0f / sqrtf((float)IN));
+  fill_normal(&r, p.w2, W2_SIZE, 1.0f / sqrtf((float)HIDDEN));
+}
+
+/* ---- the task (as train_mlp) --------------------------------------------------------------- */
+
+static float gelu(float x) {
+  const float k = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+typedef struct teacher_mlp {
+  float w1[IN][HIDDEN];
+  float w2[HIDDEN][OUT];
+} teacher_mlp;
+
+static void init_teacher(teacher_mlp *t, uint64_t seed) {
+  rng r = {seed};
+  fill_normal(&r, &t->w1[0][0], (size_t)IN * HIDDEN, 1.0f / sqrtf((float)IN));
+  fill_normal(&r, &t->w2[0][0], (size_t)HIDDEN * OUT, 1.0f / sqrtf((float)HIDDEN));
+}
+
+static void teacher_forward(const teacher_mlp *t, const float *x, float *target, int rows) {
+  for (int n = 0; n < rows; ++n) {
+    const float *xn = x + (size_t)n * IN;
+    float *yn = target + (size_t)n * OUT;
+    float hidden[HIDDEN] = {0};
+    for (int i = 0; i < IN; ++i)
+      for (int j = 0; j < HIDDEN; ++j) hidden[j] += xn[i] * t->w1[i][j];
+    for (int o = 0; o < OUT; ++o) yn[o] = 0.0f;
+    for (int j = 0; j < HIDDEN; ++j) {
+      const float a = gelu(hidden[j]);
+      for (int o = 0; o < OUT; ++o) yn[o] += a * t->w2[j][o];
+    }
+  }
+}
+
+/* Draws the whole global batch (so every rank's RNG stays in step) and keeps this rank's
+ * shard of it: x_shard [BATCH, IN] and its targets. */
+static void next_shard(rng *data, const teacher_mlp *teacher, int rank, int nranks,
+                       float *x_global, float *x_shard, float *target) {
+  fill_normal(data, x_global, (size_t)nranks * BATCH * IN, 1.0f);
+  memcpy(x_shard, x_global + (size_t)rank * BATCH * IN, (size_t)BATCH * IN * sizeof(float));
+  teacher_forward(teacher, x_shard, target, BATCH);
+}
+
+/* The local MSE over this rank's shard and its gradient. The gradient of the global mean loss
+ * is the mean over ranks of these local gradients (all shards have BATCH rows). */
+static double mse_loss(const float *y, const float *target, float *dy) {
+  const size_t n = (size_t)BATCH * OUT;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    float diff = y[i] - target[i];
+    sum += (double)diff * diff;
+    dy[i] = 2.0f * diff / (float)n;
+  }
+  return sum / (double)n;
+}
+
+/* ---- libte glue (as train_mlp) --------------------------------------------------------------- */
+
+static te_tensor matrix(te_device device, float *data, int64_t rows, int64_t cols) {
+  te_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = TE_DTYPE_F32;
+  t.device = device;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  return t;
+}
+
+static te_tensor vector(te_device device, float *data, int64_t n) {
+  te_tensor t = matrix(device, data, n, 0);
+  t.ndim = 1;
+  return t;
+}
+
+static float *device_floats(te_context *ctx, size_t n) {
+  void *p = NULL;
+  CHECK(te_context_malloc(ctx, n * sizeof(float), &p));
+  return (float *)p;
+}
+
+static void to_device(te_context *ctx, void *dst, const void *src, size_t bytes) {
+  CHECK(te_context_copy(ctx, dst, src, bytes, TE_COPY_HOST_TO_DEVICE));
+}
+
+static void to_host(te_context *ctx, void *dst, const void *src, size_t bytes) {
+  CHECK(te_context_copy(ctx, dst, src, bytes, TE_COPY_DEVICE_TO_HOST));
+}
+
+static te_linear *create_linear(te_context *ctx, int64_t in, int64_t out) {
+  te_linear_options opts;
+  CHECK(te_linear_options_init(&opts));
+  opts.in_features = in;
+  opts.out_features = out;
+  opts.activation_dtype = TE_DTYPE_F32;
+  te_linear *lin = NULL;
+  CHECK(te_linear_create(&lin, ctx, &opts));
+  return lin;
+}
+
+/* ---- what the ranks compare: the weights and every FP8 scaling state ------------------------ */
+
+typedef struct state_dump {
+  float scale, scale_inv;
+  int32_t history_len, fp8_dtype;
+  float history[HISTORY_LEN];
+} state_dump;
+
+enum { N_STATES = 6 }; /* 2 layers x (input, weight, grad_output) */
+
+typedef struct rank_dump {
+  float master[N_PARAMS];
+  state_dump states[N_STATES];
+} rank_dump;
+
+static const char *const STATE_NAMES[N_STATES] = {"fc1.input", "fc1.weight", "fc1.grad_output",
+                                                   "fc2.input", "fc2.weight", "fc2.grad_output"};
+
+static void dump_states(te_context *ctx, te_linear *const lins[2], state_dump *out) {
+  const te_tensor_role roles[3] = {TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT};
+  for (int l = 0; l < 2; ++l)
+    for (int k = 0; k < 3; ++k) {
+      state_dump *d = &out[3 * l + k];
+      te_scaling_state_info info;
+      memset(d, 0, sizeof *d);
+      memset(&info, 0, sizeof info);
+      info.struct_size = sizeof info;
+      CHECK(te_linear_get_scaling_state(ctx, lins[l], roles[k], &info, d->history, HISTORY_LEN));
+      d->scale = info.scale;
+      d->scale_inv = info.scale_inv;
+      d->history_len = info.amax_history_len;
+      d->fp8_dtype = (int32_t)info.fp8_dtype;
+    }
+}
+
+static void rank_file(char *path, size_t cap, const char *dir, int rank) {
+  snprintf(path, cap, "%s/rank%d.bin", dir, rank);
+}
+
+/* ---- the NCCL id: rank 0 makes it and publishes it atomically (write, then rename) -------- */
+
+static void share_nccl_id(const char *dir, int rank, ncclUniqueId *id) {
+  char path[512], tmp[520];
+  snprintf(path, sizeof path, "%s/nccl_id", dir);
+  if (rank == 0) {
+    CHECK_NCCL(ncclGetUniqueId(id));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      fprintf(stderr, "[rank 0] cannot write %s\n", path);
+      exit(2);
+    }
+    return;
+  }
+  FILE *f = NULL;
+  for (int i = 0; i < 6000 && (f = fopen(path, "rb")) == NULL; ++i) usleep(10000); /* 60 s */
+  if (f == NULL || fread(id, sizeof *id, 1, f) != 1) {
+    fprintf(stderr, "[rank %d] no NCCL id from rank 0 in %s\n", rank, path);
+    exit(2);
+  }
+  fclose(f);
+}
+
+/* ---- one rank ---------------------------------------------------------------------------- */
+
+static int run_rank(int rank, int nranks, const char *dir) {
+  g_rank = rank;
+
+  /* The parent set CUDA_VISIBLE_DEVICES: this rank's GPU is device 0. */
+  CHECK_CUDA(cudaSetDevice(0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  ncclUniqueId id;
+  share_nccl_id(dir, rank, &id);
+  ncclComm_t comm;
+  CHECK_NCCL(ncclCommInitRank(&comm, nranks, id, rank)); /* blocks until every rank joined */
+
+  /* libte works on our stream, so its kernels, its amax all-reduce and our gradient
+   * all-reduce are all ordered on one stream. */
+  te_context_options copts;
+  CHECK(te_context_options_init(&copts));
+  copts.use_default_device = 0;
+  copts.device.type = TE_DEVICE_CUDA;
+  copts.device.index = 0;
+  te_context *ctx = NULL;
+  CHECK(te_context_create(&ctx, &copts));
+  CHECK(te_context_set_stream(ctx, stream));
+  te_device device;
+  CHECK(te_context_get_device(ctx, &device));
+
+  /* libte borrows the communicator: we destroy the group before the communicator. */
+  te_group *group = NULL;
+  CHECK(te_group_create_nccl(&group, comm));
+  if (te_group_rank(group) != rank || te_group_size(group) != nranks) {
+    fprintf(stderr, "[rank %d] the group says rank %d of %d\n", rank, te_group_rank(group),
+            te_group_size(group));
+    return 2;
+  }
+
+  te_recipe_options recipe_opts;
+  CHECK(te_recipe_options_init(&recipe_opts, TE_RECIPE_DELAYED_SCALING));
+  recipe_opts.format = TE_FORMAT_HYBRID;
+  recipe_opts.amax_history_len = HISTORY_LEN; /* see train_mlp.c */
+  /* reduce_amax stays 1 (the default): amaxes are reduced over the scope's group. */
+  te_recipe *recipe = NULL;
+  CHECK(te_recipe_create(&recipe, &recipe_opts));
+
+  teacher_mlp *teacher = xcalloc(1, sizeof *teacher);
+  init_teacher(teacher, TEACHER_SEED);
+
+  te_linear *fc1 = create_linear(ctx, IN, HIDDEN);
+  te_linear *fc2 = create_linear(ctx, HIDDEN, OUT);
+
+  /* Host: master weights, their (reduced) gradients, optimizer state, this rank's data. */
+  float *master = xcalloc(N_PARAMS, sizeof(float));
+  float *grad = xcalloc(N_PARAMS, sizeof(float));
+  float *velocity = xcalloc(N_PARAMS, sizeof(float));
+  init_params(master, INIT_SEED); /* same seed: the same initial weights on every rank */
+  float *x_global = xcalloc((size_t)nranks * BATCH * IN, sizeof(float));
+  float *x_host = xcalloc((size_t)BATCH * IN, sizeof(float));
+  float *target = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *y_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *dy_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  double *losses = xcalloc(STEPS, sizeof(double));
+
+  /* Device. */
+  float *params = device_floats(ctx, N_PARAMS), *grads = device_floats(ctx, N_PARAMS);
+  mlp_params w = params_view(params), g = params_view(grads);
+  float *x = device_floats(ctx, (size_t)BATCH * IN);
+  float *h = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  float *a = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  float *y = device_floats(ctx, (size_t)BATCH * OUT);
+  float *dy = device_floats(ctx, (size_t)BATCH * OUT);
+  float *da = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  float *dh = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  void *loss_buf = NULL; /* one double: the local loss, summed over ranks */
+  CHECK(te_context_malloc(ctx, sizeof(double), &loss_buf));
+
+  te_tensor x_t = matrix(device, x, BATCH, IN), h_t = matrix(device, h, BATCH, HIDDEN);
+  te_tensor a_t = matrix(device, a, BATCH, HIDDEN), y_t = matrix(device, y, BATCH, OUT);
+  te_tensor dy_t = matrix(device, dy, BATCH, OUT), da_t = matrix(device, da, BATCH, HIDDEN);
+  te_tensor dh_t = matrix(device, dh, BATCH, HIDDEN);
+  te_tensor w1_t = matrix(device, w.w1, HIDDEN, IN), b1_t = vector(device, w.b1, HIDDEN);
+  te_tensor w2_t = matrix(device, w.w2, OUT, HIDDEN), b2_t = vector(device, w.b2, OUT);
+  te_tensor dw1_t = matrix(device, g.w1, HIDDEN, IN), db1_t = vector(device, g.b1, HIDDEN);
+  te_tensor dw2_t = matrix(device, g.w2, OUT, HIDDEN), db2_t = vector(device, g.b2, OUT);
+
+  te_autocast_options autocast;
+  CHECK(te_autocast_options_init(&autocast));
+  autocast.enabled = 1;
+  autocast.recipe = recipe;
+  autocast.group = group; /* what makes the FP8 scales identical on every rank */
+
+  te_linear_forward_args fwd1, fwd2;
+  CHECK(te_linear_forward_args_init(&fwd1));
+  CHECK(te_linear_forward_args_init(&fwd2));
+  fwd1.input = &x_t;
+  fwd1.weight = &w1_t;
+  fwd1.bias = &b1_t;
+  fwd2.input = &a_t;
+  fwd2.weight = &w2_t;
+  fwd2.bias = &b2_t;
+
+  te_linear_backward_args once;
+  CHECK(te_linear_backward_args_init(&once));
+  once.flags = TE_BACKWARD_ONCE;
+
+  const float inv_nranks = 1.0f / (float)nranks;
+  rng data = {DATA_SEED}; /* every rank replays the same global batches */
+  for (int step = 0; step < STEPS; ++step) {
+    next_shard(&data, teacher, rank, nranks, x_global, x_host, target);
+    to_device(ctx, x, x_host, (size_t)BATCH * IN * sizeof(float));
+    to_device(ctx, params, master, N_PARAMS * sizeof(float));
+
+    /* Forward: at the end of the scope libte all-reduces (MAX) the forward amaxes over the
+     * group, then updates the scales, on the context's stream. */
+    te_autocast_token token;
+    te_linear_backward_ctx *bwd1 = NULL, *bwd2 = NULL;
+    CHECK(te_autocast_begin(ctx, &autocast, &token));
+    CHECK(te_linear_forward(ctx, fc1, &fwd1, &h_t, &bwd1));
+    CHECK(te_activation_forward(ctx, TE_ACTIVATION_GELU, &h_t, &a_t));
+    CHECK(te_linear_forward(ctx, fc2, &fwd2, &y_t, &bwd2));
+    CHECK(te_autocast_end(ctx, token));
+
+    to_host(ctx, y_host, y, (size_t)BATCH * OUT * sizeof(float));
+    double local_loss = mse_loss(y_host, target, dy_host);
+    to_device(ctx, dy, dy_host, (size_t)BATCH * OUT * sizeof(float));
+
+    /* Backward: after fc1's (the pass's first FP8 module) libte reduces the gradient amaxes
+     * over the same group. */
+    CHECK(te_linear_backward(ctx, bwd2, &dy_t, &da_t, &dw2_t, &db2_t, &once));
+    CHECK(te_activation_backward(ctx, TE_ACTIVATION_GELU, &h_t, &da_t, &dh_t));
+    CHECK(te_linear_backward(ctx, bwd1, &dh_t, NULL, &dw1_t, &db1_t, &once));
+    te_linear_backward_ctx_destroy(bwd2);
+    te_linear_backward_ctx_destroy(bwd1);
+
+    /* Data parallelism: sum the gradients (and the losses) over the ranks, on the stream
+     * libte wrote them on; the copies to the host below wait for it. NCCL hands every rank the
+     * same sums, so every rank takes the same SGD step. */
+    to_device(ctx, loss_buf, &local_loss, sizeof local_loss);
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclAllReduce(grads, grads, N_PARAMS, ncclFloat32, ncclSum, comm, stream));
+    CHECK_NCCL(ncclAllReduce(loss_buf, loss_buf, 1, ncclFloat64, ncclSum, comm, stream));
+    CHECK_NCCL(ncclGroupEnd());
+    to_host(ctx, grad, grads, N_PARAMS * sizeof(float));
+    double loss_sum = 0.0;
+    to_host(ctx, &loss_sum, loss_buf, sizeof loss_sum);
+    losses[step] = loss_sum / nranks; /* the loss over the global batch */
+
+    for (size_t i = 0; i < N_PARAMS; ++i) {
+      velocity[i] = MOMENTUM * velocity[i] + grad[i] * inv_nranks;
+      master[i] -= LEARNING_RATE * velocity[i];
+    }
+    if (rank == 0 && (step % LOG_EVERY == 0 || step == STEPS - 1))
+      printf("step %4d  loss %.5f\n", step, losses[step]);
+  }
+
+  /* What the parent compares: the weights and the six scaling states. */
+  rank_dump *dump = xcalloc(1, sizeof *dump);
+  memcpy(dump->master, master, sizeof dump->master);
+  te_linear *const lins[2] = {fc1, fc2};
+  dump_states(ctx, lins, dump->states);
+  char path[512];
+  rank_file(path, sizeof path, dir, rank);
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(dump, sizeof *dump, 1, f) != 1 || fclose(f) != 0) {
+    fprintf(stderr, "[rank %d] cannot write %s\n", rank, path);
+    return 2;
+  }
+
+  double initial = losses[0], final = 0.0;
+  for (int i = STEPS - FINAL_WINDOW; i < STEPS; ++i) final += losses[i] / FINAL_WINDOW;
+  const int converged = final <= CONVERGED_FRACTION * initial; /* false for NaN */
+  if (rank == 0) {
+    te_context_stats stats;
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
+    CHECK(te_context_get_stats(ctx, &stats));
+    printf("[rank 0] fc1.input scale %.9g, fc2.grad_output scale %.9g; %llu amax all-reduces "
+           "in %d steps\n",
+           dump->states[0].scale, dump->states[5].scale,
+           (unsigned long long)stats.amax_reductions, STEPS);
+    printf("final loss %.5f (initial %.5f, mean of the last %d steps): %s\n", final, initial,
+           FINAL_WINDOW, converged ? "converged" : "NOT converged");
+  }
+
+  float *device_blocks[] = {params, grads, x, h, a, y, dy, da, dh, (float *)loss_buf};
+  for (size_t i = 0; i < sizeof device_blocks / sizeof device_blocks[0]; ++i)
+    CHECK(te_context_free(ctx, device_blocks[i]));
+  CHECK(te_context_synchronize(ctx));
+  free(dump);
+  free(losses);
+  free(dy_host);
+  free(y_host);
+  free(target);
+  free(x_host);
+  free(x_global);
+  free(velocity);
+  free(grad);
+  free(master);
+  free(teacher);
+  te_linear_destroy(fc2);
+  te_linear_destroy(fc1);
+  te_recipe_release(recipe);
+  te_context_destroy(ctx);
+  te_group_destroy(group); /* before the communicator it borrows */
+  CHECK_NCCL(ncclCommDestroy(comm));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  fflush(stdout);
+  return converged ? 0 : 1;
+}
+
+/* ---- the parent: no CUDA here, it forks ---------------------------------------------------- */
+
+static int wait_child(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return 2;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  fprintf(stderr, "child %d killed by signal %d\n", (int)pid,
+          WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+  return 2;
+}
+
+/* Counts GPUs in a child, so that the parent never initialises CUDA before forking. */
+static int count_gpus(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    _exit(count > 100 ? 100 : count);
+  }
+  return wait_child(pid);
+}
+
+static int compare_ranks(const char *dir, int nranks) {
+  rank_dump *d0 = xcalloc(1, sizeof *d0), *dr = xcalloc(1, sizeof *dr);
+  int differences = 0;
+  for (int r = 0; r < nranks; ++r) {
+    char path[512];
+    rank_file(path, sizeof path, dir, r);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || fread(r == 0 ? d0 : dr, sizeof *d0, 1, f) != 1) {
+      printf("no dump from rank %d (%s)\n", r, path);
+      if (f) fclose(f);
+      free(d0);
+      free(dr);
+      return -1;
+    }
+    fclose(f);
+    remove(path);
+    if (r == 0) continue;
+    if (memcmp(d0->master, dr->master, sizeof d0->master) != 0) {
+      size_t n = 0;
+      for (size_t i = 0; i < N_PARAMS; ++i) n += memcmp(&d0->master[i], &dr->master[i], sizeof(float)) != 0;
+      printf("weights differ between rank 0 and rank %d (%zu of %d values)\n", r, n, (int)N_PARAMS);
+      ++differences;
+    }
+    for (int s = 0; s < N_STATES; ++s)
+      if (memcmp(&d0->states[s], &dr->states[s], sizeof(state_dump)) != 0) {
+        printf("%s differs: rank 0 scale %.9g, rank %d scale %.9g\n", STATE_NAMES[s],
+               d0->states[s].scale, r, dr->states[s].scale);
+        ++differences;
+      }
+  }
+  int unused = 0;
+  for (int s = 0; s < N_STATES; ++s) unused += d0->states[s].history_len == 0;
+  if (unused) {
+    printf("%d scaling states were never used in FP8\n", unused);
+    ++differences;
+  }
+  free(d0);
+  free(dr);
+  return differences;
+}
+
+int main(int argc, char **argv) {
+  /* NVLink multicast stays off (it can take a shared host's GPUs out of service). */
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+
+  const int gpus = count_gpus();
+  int nranks = argc > 1 ? atoi(argv[1]) : gpus;
+  if (gpus < 2) {
+    printf("SKIP: %d GPU(s): data parallelism needs at least 2\n", gpus < 0 ? 0 : gpus);
+    return 77;
+  }
+  if (nranks < 2 || nranks > gpus || nranks > MAX_RANKS) {
+    fprintf(stderr, "usage: %s [N], 2 <= N <= %d (the GPUs here)\n", argv[0], gpus);
+    return 2;
+  }
+
+  char dir[] = "/tmp/te_ddp_XXXXXX"; /* the NCCL id and the ranks' dumps */
+  if (mkdtemp(dir) == NULL) {
+    perror("mkdtemp");
+    return 2;
+  }
+  printf("libte %s: FP8 MLP %d -> %d -> GELU -> %d, data-parallel over %d GPUs, "
+         "global batch %d x %d, %d steps\n",
+         te_version_string(), IN, HIDDEN, OUT, nranks, nranks, BATCH, STEPS);
+  fflush(stdout);
+
+  pid_t pids[MAX_RANKS];
+  for (int r = 0; r < nranks; ++r) {
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      perror("fork");
+      return 2;
+    }
+    if (pids[r] == 0) {
+      char visible[16];
+      snprintf(visible, sizeof visible, "%d", r);
+      setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+      alarm(300); /* a hung collective ends the rank, not the machine's patience */
+      _exit(run_rank(r, nranks, dir));
+    }
+  }
+  int worst = 0;
+  for (int r = 0; r < nranks; ++r) {
+    int rc = wait_child(pids[r]);
+    if (rc != 0) printf("rank %d exited with %d\n", r, rc);
+    if (rc > worst) worst = rc;
+  }
+
+  int differences = worst == 2 ? -1 : compare_ranks(dir, nranks);
+  char id_path[512];
+  snprintf(id_path, sizeof id_path, "%s/nccl_id", dir);
+  remove(id_path);
+  rmdir(dir);
+  if (worst == 2 || differences < 0) {
+    printf("FAIL: a rank failed\n");
+    return 2;
+  }
+  if (differences == 0)
+    printf("weights and FP8 scaling states bit-identical on all %d ranks\n", nranks);
+  if (worst != 0 || differences != 0) {
+    printf("FAIL: %s\n", worst != 0 ? "did not converge" : "the ranks differ");
+    return 1;
+  }
+  printf("PASS\n");
+  return 0;
+}
