@@ -36,9 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Per-rank batch: FP8 GEMMs need every dimension, the token count included, to be a
- * multiple of 16. */
-enum { IN = 64, HIDDEN = 256, OUT = 16, BATCH = 128 };
+/* The model and the per-rank batch (BATCH rows) are mlp_task.h's. */
 enum { STEPS = 600, LOG_EVERY = 50, FINAL_WINDOW = 20 };
 enum { HISTORY_LEN = 16, MAX_RANKS = 64 };
 
@@ -46,9 +44,6 @@ static const float LEARNING_RATE = 0.5f;
 static const float MOMENTUM = 0.9f;
 static const double CONVERGED_FRACTION = 0.1;
 
-static const uint64_t TEACHER_SEED = 1;
-static const uint64_t INIT_SEED = 2;
-static const uint64_t DATA_SEED = 3;
 
 static int g_rank = -1; /* -1 in the parent */
 
@@ -93,93 +88,7 @@ static void *xcalloc(size_t count, size_t size) {
   return p;
 }
 
-/* ---- the same fixed-seed RNG as train_mlp: every rank draws the same numbers ------------- */
-
-typedef struct rng {
-  uint64_t state;
-} rng;
-
-static uint64_t splitmix64(rng *r) {
-  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static double uniform01(rng *r) { return ((double)(splitmix64(r) >> 11) + 1.0) * 0x1.0p-53; }
-
-static float normal(rng *r, float stddev) {
-  double u1 = uniform01(r), u2 = uniform01(r);
-  return (float)(stddev * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-static void fill_normal(rng *r, float *x, size_t n, float stddev) {
-  for (size_t i = 0; i < n; ++i) x[i] = normal(r, stddev);
-}
-
-/* ---- parameters: one flat fp32 array (and one flat gradient array: one all-reduce) -------- */
-
-enum {
-  W1_SIZE = HIDDEN * IN,
-  B1_SIZE = HIDDEN,
-  W2_SIZE = OUT * HIDDEN,
-  B2_SIZE = OUT,
-  N_PARAMS = W1_SIZE + B1_SIZE + W2_SIZE + B2_SIZE
-};
-
-typedef struct mlp_params {
-  float *w1, *b1, *w2, *b2;
-} mlp_params;
-
-static mlp_params params_view(float *flat) {
-  mlp_params p;
-  p.w1 = flat;
-  p.b1 = p.w1 + W1_SIZE;
-  p.w2 = p.b1 + B1_SIZE;
-  p.b2 = p.w2 + W2_SIZE;
-  return p;
-}
-
-static void init_params(float *flat, uint64_t seed) {
-  rng r = {seed};
-  mlp_params p = params_view(flat);
-  memset(flat, 0, N_PARAMS * sizeof(float));
-  fill_normal(&r, p.w1, W1_SIZE, 1.0f / sqrtf((float)IN));
-  fill_normal(&r, p.w2, W2_SIZE, 1.0f / sqrtf((float)HIDDEN));
-}
-
-/* ---- the task (as train_mlp) --------------------------------------------------------------- */
-
-static float gelu(float x) {
-  const float k = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-typedef struct teacher_mlp {
-  float w1[IN][HIDDEN];
-  float w2[HIDDEN][OUT];
-} teacher_mlp;
-
-static void init_teacher(teacher_mlp *t, uint64_t seed) {
-  rng r = {seed};
-  fill_normal(&r, &t->w1[0][0], (size_t)IN * HIDDEN, 1.0f / sqrtf((float)IN));
-  fill_normal(&r, &t->w2[0][0], (size_t)HIDDEN * OUT, 1.0f / sqrtf((float)HIDDEN));
-}
-
-static void teacher_forward(const teacher_mlp *t, const float *x, float *target, int rows) {
-  for (int n = 0; n < rows; ++n) {
-    const float *xn = x + (size_t)n * IN;
-    float *yn = target + (size_t)n * OUT;
-    float hidden[HIDDEN] = {0};
-    for (int i = 0; i < IN; ++i)
-      for (int j = 0; j < HIDDEN; ++j) hidden[j] += xn[i] * t->w1[i][j];
-    for (int o = 0; o < OUT; ++o) yn[o] = 0.0f;
-    for (int j = 0; j < HIDDEN; ++j) {
-      const float a = gelu(hidden[j]);
-      for (int o = 0; o < OUT; ++o) yn[o] += a * t->w2[j][o];
-    }
-  }
-}
+#include "mlp_task.h" /* sizes, RNG, parameters, teacher, loss, libte helpers (as train_mlp) */
 
 /* Draws the whole global batch (so every rank's RNG stays in step) and keeps this rank's
  * shard of it: x_shard [BATCH, IN] and its targets. */
@@ -190,44 +99,8 @@ static void next_shard(rng *data, const teacher_mlp *teacher, int rank, int nran
   teacher_forward(teacher, x_shard, target, BATCH);
 }
 
-/* The local MSE over this rank's shard and its gradient. The gradient of the global mean loss
- * is the mean over ranks of these local gradients (all shards have BATCH rows). */
-static double mse_loss(const float *y, const float *target, float *dy) {
-  const size_t n = (size_t)BATCH * OUT;
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    float diff = y[i] - target[i];
-    sum += (double)diff * diff;
-    dy[i] = 2.0f * diff / (float)n;
-  }
-  return sum / (double)n;
-}
-
-/* ---- libte glue (as train_mlp) --------------------------------------------------------------- */
-
-static te_tensor matrix(te_device device, float *data, int64_t rows, int64_t cols) {
-  te_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = TE_DTYPE_F32;
-  t.device = device;
-  t.ndim = 2;
-  t.shape[0] = rows;
-  t.shape[1] = cols;
-  return t;
-}
-
-static te_tensor vector(te_device device, float *data, int64_t n) {
-  te_tensor t = matrix(device, data, n, 0);
-  t.ndim = 1;
-  return t;
-}
-
-static float *device_floats(te_context *ctx, size_t n) {
-  void *p = NULL;
-  CHECK(te_context_malloc(ctx, n * sizeof(float), &p));
-  return (float *)p;
-}
+/* The local MSE over this rank's shard (mse_loss, BATCH rows) and its gradient: the gradient of
+ * the global mean loss is the mean over ranks of these local gradients (all shards have BATCH rows). */
 
 static void to_device(te_context *ctx, void *dst, const void *src, size_t bytes) {
   CHECK(te_context_copy(ctx, dst, src, bytes, TE_COPY_HOST_TO_DEVICE));
@@ -235,17 +108,6 @@ static void to_device(te_context *ctx, void *dst, const void *src, size_t bytes)
 
 static void to_host(te_context *ctx, void *dst, const void *src, size_t bytes) {
   CHECK(te_context_copy(ctx, dst, src, bytes, TE_COPY_DEVICE_TO_HOST));
-}
-
-static te_linear *create_linear(te_context *ctx, int64_t in, int64_t out) {
-  te_linear_options opts;
-  CHECK(te_linear_options_init(&opts));
-  opts.in_features = in;
-  opts.out_features = out;
-  opts.activation_dtype = TE_DTYPE_F32;
-  te_linear *lin = NULL;
-  CHECK(te_linear_create(&lin, ctx, &opts));
-  return lin;
 }
 
 /* ---- what the ranks compare: the weights and every FP8 scaling state ------------------------ */

@@ -4,6 +4,7 @@
 // crash there.
 #pragma once
 
+#include "dynamic_library.h"
 #include <cublasLt.h>
 
 namespace te::cuda {
@@ -15,7 +16,6 @@ class LtApi {
   // Throws te::Error(Unsupported) naming the library and dlerror() when it cannot be loaded or
   // lacks a function.
   LtApi();
-  ~LtApi();
   LtApi(const LtApi &) = delete;
   LtApi &operator=(const LtApi &) = delete;
 
@@ -39,7 +39,7 @@ class LtApi {
   void check(cublasStatus_t status, const char *call) const;
 
  private:
-  void *lib_ = nullptr;
+  DynamicLibrary lib_;
 };
 
 }  // namespace te::cuda

@@ -2,67 +2,26 @@
 
 #if TE_NCCL_ENABLED
 
-#include <dlfcn.h>
-
 #include <memory>
 #include <mutex>
-#include <string>
 
 #include "te/core/check.h"
 
 namespace te::dist {
 
-namespace {
-
-constexpr const char *kLibNames[] = {"libnccl.so.2", "libnccl.so"};
-
-template <class Fn>
-void bind(void *lib, const char *name, Fn *out, bool required = true) {
-  dlerror();
-  void *sym = dlsym(lib, name);
-  if (!sym) {
-    const char *err = dlerror();
-    if (!required) return;
-    fail(Status::Unsupported, "NCCL: symbol %s not found in the loaded libnccl (%s)", name, err ? err : "no error text");
-  }
-  *out = reinterpret_cast<Fn>(sym);
-}
-
-}  // namespace
-
-NcclApi::NcclApi() {
-  std::string errors;
-  for (const char *name : kLibNames) {
-    lib_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib_) break;
-    const char *err = dlerror();
-    errors += errors.empty() ? "" : "; ";
-    errors += err ? err : name;
-  }
-  if (!lib_)
-    fail(Status::Unsupported, "NCCL could not be loaded (NCCL process groups need libnccl.so.2): %s", errors.c_str());
-  try {
-    bind(lib_, "ncclGetVersion", &get_version);
-    bind(lib_, "ncclGetUniqueId", &get_unique_id);
-    bind(lib_, "ncclCommInitRank", &comm_init_rank);
-    bind(lib_, "ncclCommDestroy", &comm_destroy);
-    bind(lib_, "ncclCommAbort", &comm_abort);
-    bind(lib_, "ncclCommGetAsyncError", &comm_get_async_error);
-    bind(lib_, "ncclCommCount", &comm_count);
-    bind(lib_, "ncclCommUserRank", &comm_user_rank);
-    bind(lib_, "ncclCommCuDevice", &comm_cu_device);
-    bind(lib_, "ncclAllReduce", &all_reduce);
-    bind(lib_, "ncclGetErrorString", &get_error_string);
-    bind(lib_, "ncclGetLastError", &get_last_error, /*required=*/false);
-  } catch (...) {
-    dlclose(lib_);
-    lib_ = nullptr;
-    throw;
-  }
-}
-
-NcclApi::~NcclApi() {
-  if (lib_) dlclose(lib_);
+NcclApi::NcclApi() : lib_({"libnccl.so.2", "libnccl.so"}, "NCCL", "NCCL process groups need libnccl.so.2") {
+  lib_.bind("ncclGetVersion", &get_version);
+  lib_.bind("ncclGetUniqueId", &get_unique_id);
+  lib_.bind("ncclCommInitRank", &comm_init_rank);
+  lib_.bind("ncclCommDestroy", &comm_destroy);
+  lib_.bind("ncclCommAbort", &comm_abort);
+  lib_.bind("ncclCommGetAsyncError", &comm_get_async_error);
+  lib_.bind("ncclCommCount", &comm_count);
+  lib_.bind("ncclCommUserRank", &comm_user_rank);
+  lib_.bind("ncclCommCuDevice", &comm_cu_device);
+  lib_.bind("ncclAllReduce", &all_reduce);
+  lib_.bind("ncclGetErrorString", &get_error_string);
+  lib_.bind("ncclGetLastError", &get_last_error, /*required=*/false);
 }
 
 void NcclApi::check(ncclResult_t result, const char *call, ncclComm_t comm) const {

@@ -16,6 +16,7 @@
 #endif
 
 #if TE_NCCL_ENABLED
+#include "dynamic_library.h"
 #include <nccl.h>
 
 namespace te::dist {
@@ -25,7 +26,6 @@ class NcclApi {
   // Throws te::Error(Unsupported) naming the library and dlerror() when it cannot be loaded or
   // lacks a function.
   NcclApi();
-  ~NcclApi();
   NcclApi(const NcclApi &) = delete;
   NcclApi &operator=(const NcclApi &) = delete;
 
@@ -48,7 +48,7 @@ class NcclApi {
   void check(ncclResult_t result, const char *call, ncclComm_t comm = nullptr) const;
 
  private:
-  void *lib_ = nullptr;
+  DynamicLibrary lib_;
 };
 
 // The process's one loaded copy (loaded on first use; a failed load is retried next time).
