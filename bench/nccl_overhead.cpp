@@ -5,9 +5,13 @@
 //   step(recipe reduce_amax = 1) - step(recipe reduce_amax = 0)
 // (same group, same layer shapes; the scale update runs in both), compared with a bare
 // ncclAllReduce(MAX) of as many floats as libte reduces per step (and of 144), on the same
-// communicator and stream, in the same run. Two timings each:
+// communicator and stream, in the same run. Three timings each:
 //   pipelined  K steps enqueued back to back, one synchronize at the end, / K
 //   synced     each step followed by a stream synchronize (the step's latency)
+//   graph      the step (and the bare all-reduce) captured once in a CUDA graph, the graph
+//              launched K times back to back, / K: the GPU-side cost without the host's
+//              (48 tiny layers make an eager step host-bound, and the ranks' host jitter then
+//              shows up as waiting inside the all-reduce)
 // Ranks are forked, one per GPU (CUDA_VISIBLE_DEVICES). Rank 0 prints one JSON object.
 // Usage: te_bench_nccl [ranks (default 2)] [reps (default 15)] [steps per rep (default 200)]
 // Exits 0 with {"skipped": ...} with fewer GPUs than ranks.
@@ -228,28 +232,47 @@ int run_rank(int rank, int nranks, const std::string &dir, int reps, int steps) 
   // kNoReducePlusBare: the reduce_amax = 0 step followed by the bare all-reduce, i.e. what the
   // step would cost if the program reduced the amaxes itself (the ranks then run in lockstep too).
   enum Case { kNoReduce, kReduce, kBareStates, kBare144, kNoReducePlusBare, kCases };
-  auto run_case = [&](int c, bool synced) {
+  auto enqueue = [&](int c) {
+    switch (c) {
+      case kNoReduce: models[0].step(); break;
+      case kReduce: models[1].step(); break;
+      case kBareStates: bare_step(states_per_step); break;
+      case kBare144: bare_step(kBareCount); break;
+      default: models[0].step(); bare_step(states_per_step); break;  // kNoReducePlusBare
+    }
+  };
+  for (int c = 0; c < kCases; ++c) enqueue(c);  // warm-up: first uses happen outside any graph
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  // Each case captured once; thread-local capture, since NCCL's threads make CUDA calls too.
+  cudaGraphExec_t graphs[kCases];
+  for (int c = 0; c < kCases; ++c) {
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueue(c);
+    CHECK_CUDA(cudaStreamEndCapture(stream, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&graphs[c], g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  }
+  enum Mode { kPipelined, kSynced, kGraph, kModes };
+  auto run_case = [&](int c, int mode) {
     barrier();
     double t0 = now_us();
     for (int i = 0; i < steps; ++i) {
-      switch (c) {
-        case kNoReduce: models[0].step(); break;
-        case kReduce: models[1].step(); break;
-        case kBareStates: bare_step(states_per_step); break;
-        case kBare144: bare_step(kBareCount); break;
-        default: models[0].step(); bare_step(states_per_step); break;  // kNoReducePlusBare
-      }
-      if (synced) CHECK_CUDA(cudaStreamSynchronize(stream));
+      if (mode == kGraph) CHECK_CUDA(cudaGraphLaunch(graphs[c], stream));
+      else enqueue(c);
+      if (mode == kSynced) CHECK_CUDA(cudaStreamSynchronize(stream));
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
     return (now_us() - t0) / steps;
   };
 
-  for (int c = 0; c < kCases; ++c) run_case(c, false);  // warm-up
-  std::vector<double> t[2][kCases];
+  for (int m = 0; m < kModes; ++m)
+    for (int c = 0; c < kCases; ++c) run_case(c, m);  // warm-up
+  std::vector<double> t[kModes][kCases];
   for (int rep = 0; rep < reps; ++rep)
-    for (int synced = 0; synced < 2; ++synced)
-      for (int c = 0; c < kCases; ++c) t[synced][c].push_back(run_case(c, synced != 0));
+    for (int m = 0; m < kModes; ++m)
+      for (int c = 0; c < kCases; ++c) t[m][c].push_back(run_case(c, m));
+  for (cudaGraphExec_t g : graphs) CHECK_CUDA(cudaGraphExecDestroy(g));
 
   te_context_stats st2;
   st2.struct_size = sizeof st2;
@@ -262,8 +285,8 @@ int run_rank(int rank, int nranks, const std::string &dir, int reps, int steps) 
                 reductions_per_step);
     std::printf("  \"reps\": %d,\n  \"steps_per_rep\": %d,\n  \"total_amax_allreduces\": %llu,\n", reps, steps,
                 (unsigned long long)st2.amax_reductions);
-    const char *names[2] = {"pipelined", "synced"};
-    for (int s = 0; s < 2; ++s) {
+    const char *names[kModes] = {"pipelined", "synced", "graph"};
+    for (int s = 0; s < kModes; ++s) {
       double no = median(t[s][kNoReduce]), yes = median(t[s][kReduce]);
       double b = median(t[s][kBareStates]), b144 = median(t[s][kBare144]);
       double plus = median(t[s][kNoReducePlusBare]);
@@ -271,7 +294,7 @@ int run_rank(int rank, int nranks, const std::string &dir, int reps, int steps) 
                   "\"overhead\": %.2f, \"bare_allreduce_%d\": %.2f, \"bare_allreduce_144\": %.2f, "
                   "\"overhead_over_bare\": %.2f, "
                   "\"step_reduce_amax_0_plus_bare\": %.2f, \"bare_in_step_overhead\": %.2f}%s\n",
-                  names[s], no, yes, yes - no, states_per_step, b, b144, (yes - no) / b, plus, plus - no, s == 0 ? "," : "");
+                  names[s], no, yes, yes - no, states_per_step, b, b144, (yes - no) / b, plus, plus - no, s + 1 < kModes ? "," : "");
     }
     std::printf("}\n");
     std::fflush(stdout);

@@ -10,6 +10,29 @@ using namespace te::capi;
 
 static_assert(sizeof(te_nccl_id) == te::dist::kNcclIdBytes, "te_nccl_id must hold an ncclUniqueId");
 
+namespace {
+
+constexpr int32_t kDefaultNcclTimeoutMs = 600000;  // as PyTorch's NCCL process groups: 10 minutes
+
+// te_group_init_nccl(_with_options); opts null: the defaults.
+void init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id, const te_group_nccl_options *opts) {
+  check_not_null(out, "out");
+  check_not_null(id, "id");
+  if (nranks < 1) fail(Status::InvalidArgument, "argument 'nranks': expected >= 1, got %d", nranks);
+  if (rank < 0 || rank >= nranks)
+    fail(Status::InvalidArgument, "argument 'rank': expected 0..%d, got %d", nranks - 1, rank);
+  int64_t timeout_ms = kDefaultNcclTimeoutMs;
+  if (opts) {
+    check_options(opts, "opts");
+    if (opts->timeout_ms < 0)
+      fail(Status::InvalidArgument, "argument 'opts->timeout_ms': expected >= 0 (0: no limit), got %d", opts->timeout_ms);
+    timeout_ms = opts->timeout_ms;
+  }
+  *out = reinterpret_cast<te_group *>(te::dist::nccl_group_init(rank, nranks, id->internal, timeout_ms).release());
+}
+
+}  // namespace
+
 extern "C" {
 
 TE_API te_status te_group_create_single(te_group **out) {
@@ -36,15 +59,26 @@ TE_API te_status te_nccl_get_unique_id(te_nccl_id *out) {
   });
 }
 
-TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id) {
+TE_API te_status te_group_nccl_options_init(te_group_nccl_options *opts) {
   return guarded(__func__, [&] {
-    check_not_null(out, "out");
-    check_not_null(id, "id");
-    if (nranks < 1) fail(Status::InvalidArgument, "argument 'nranks': expected >= 1, got %d", nranks);
-    if (rank < 0 || rank >= nranks)
-      fail(Status::InvalidArgument, "argument 'rank': expected 0..%d, got %d", nranks - 1, rank);
-    *out = reinterpret_cast<te_group *>(te::dist::nccl_group_init(rank, nranks, id->internal).release());
+    check_not_null(opts, "opts");
+    *opts = te_group_nccl_options{};
+    opts->struct_size = sizeof *opts;
+    opts->timeout_ms = kDefaultNcclTimeoutMs;
   });
+}
+
+TE_API te_status te_group_init_nccl_with_options(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id,
+                                                 const te_group_nccl_options *opts) {
+  return guarded(__func__, [&] { init_nccl(out, rank, nranks, id, opts); });
+}
+
+TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id) {
+  return guarded(__func__, [&] { init_nccl(out, rank, nranks, id, nullptr); });
+}
+
+TE_API te_status te_group_abort(te_group *g) {
+  return guarded(__func__, [&] { to_group(g, "g")->abort(); });
 }
 
 TE_API void te_group_destroy(te_group *g) {

@@ -99,11 +99,18 @@ void Autocast::update_bucket(Bucket &b) {
   if (n == 0) return;
   const float *reduced = nullptr;
   if (b.group && b.group->needs_reduction() && b.recipe->options().reduce_amax) {
-    size_t bytes = sizeof(float) * items_.size();
-    if (packed_amax_.bytes() < bytes) packed_amax_ = Buffer(&be_, bytes);
-    be_.gather_amax(items_.data(), n, packed_amax_.floats());
-    b.group->allreduce_max(packed_amax_.floats(), items_.size(), be_);
-    reduced = packed_amax_.floats();
+    // The usual case: the bucket's amax slots are one range, reduced in place. Otherwise (states
+    // first used in an order that interleaves buckets) they are gathered into one buffer first.
+    if (float *range = slots_.contiguous_range(items_.data(), n)) {
+      b.group->allreduce_max(range, items_.size(), be_);
+    } else {
+      size_t bytes = sizeof(float) * items_.size();
+      if (packed_amax_.bytes() < bytes) packed_amax_ = Buffer(&be_, bytes);
+      be_.gather_amax(items_.data(), n, packed_amax_.floats());
+      b.group->allreduce_max(packed_amax_.floats(), items_.size(), be_);
+      reduced = packed_amax_.floats();
+      ++stats_.amax_gathers;
+    }
     ++stats_.amax_reductions;
   }
   be_.scale_update(items_.data(), n, reduced);

@@ -20,7 +20,8 @@ Context::Context(const Device &device)
       device_(device),
       backend_(make_backend(device)),
       default_recipe_(RecipeRef::adopt(Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed)))),
-      autocast_(*backend_, stats_),
+      amax_slots_(*backend_),
+      autocast_(*backend_, stats_, amax_slots_),
       linear_pool_(std::make_unique<LinearObjectPool>()) {}
 
 Context::~Context() {

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "te/core/check.h"
+
 namespace te {
 
 uint64_t next_group_id() {
@@ -14,6 +16,11 @@ Group::Group(int rank, int size, std::unique_ptr<Communicator> comm)
 
 void Group::allreduce_max(float *buf, size_t count, Backend &backend) const {
   if (size_ > 1 && comm_) comm_->allreduce_max(buf, count, backend);
+}
+
+void Group::abort() {
+  if (!comm_) fail(Status::InvalidState, "argument 'g': a single-rank group has no communicator to abort");
+  comm_->abort();
 }
 
 }  // namespace te

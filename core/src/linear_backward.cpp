@@ -82,7 +82,7 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
     QuantizedMatrix dyq;
     dyq.allocate(be, scaling_mode_for(recipe, TensorKind::Gradient), f8, s.tokens, o.out_features, want_dx, want_dw);
     if (delayed && !bwd.grad_scale_taken) bwd.grad_scale = Buffer(&be, sizeof(float));
-    L.grad_output.prepare(be, recipe, f8);
+    L.grad_output.prepare(be, ctx.amax_slots(), recipe, f8);
     // A repeated backward must give identical gradients, so dy is always quantized with the scale
     // the first call used, even after the pass's backward update has moved the state's scale.
     if (delayed && !bwd.grad_scale_taken) {

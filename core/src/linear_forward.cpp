@@ -94,10 +94,10 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
     saved->x_hp = x2d;
     saved->w_hp = args.weight;
     if (calibrating && recipe->kind() == RecipeKind::Delayed) {
-      L.input.prepare(be, *recipe, recipe->forward_dtype());
-      L.weight.prepare(be, *recipe, recipe->forward_dtype());
-      be.amax(x2d, L.input.history(), true);
-      be.amax(args.weight, L.weight.history(), true);
+      L.input.prepare(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
+      L.weight.prepare(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
+      be.amax(x2d, L.input.amax(), true);
+      be.amax(args.weight, L.weight.amax(), true);
       ac.register_forward(&L.input);
       ac.register_forward(&L.weight);
     }
@@ -121,8 +121,8 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
       wc->q.allocate(be, scaling_mode_for(*recipe, TensorKind::Weight), f8, o.out_features, o.in_features, true, true);
     }
   }
-  L.input.prepare(be, *recipe, f8);
-  L.weight.prepare(be, *recipe, f8);
+  L.input.prepare(be, ctx.amax_slots(), *recipe, f8);
+  L.weight.prepare(be, ctx.amax_slots(), *recipe, f8);
 
   QuantizeRequest req;
   req.recipe = recipe;

@@ -39,7 +39,7 @@ void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, Quan
   ScalingState &st = *req.state;
   switch (o.kind) {
     case RecipeKind::Delayed:
-      be.cast_transpose(x, req.scale ? req.scale : st.scale(), req.record_amax ? st.history() : nullptr, row, col);
+      be.cast_transpose(x, req.scale ? req.scale : st.scale(), req.record_amax ? st.amax() : nullptr, row, col);
       break;
     case RecipeKind::Current: {
       be.amax(x, st.amax_scratch(), false);

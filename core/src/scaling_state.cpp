@@ -5,12 +5,14 @@
 
 namespace te {
 
-void ScalingState::prepare(Backend &be, const Recipe &recipe, DType fp8_dtype) {
+void ScalingState::prepare(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) {
   const RecipeOptions &o = recipe.options();
   // Current and block scaling keep no history: one slot serves as the scale's home.
   int len = o.kind == RecipeKind::Delayed ? o.amax_history_len : 1;
   if (len != len_ || fp8_dtype != dtype_) {
     Buffer mem(&be, sizeof(float) * (static_cast<size_t>(len) + 3));
+    if (!amax_.get()) amax_.acquire(slots);  // zeroed
+    else be.fill_floats(amax_.get(), 0.0f, 1);
     be.fill_floats(mem.floats(), 0.0f, static_cast<size_t>(len) + 3);
     be.fill_floats(mem.floats() + len, 1.0f, 2);  // scale = scale_inv = 1
     mem_ = std::move(mem);
@@ -32,10 +34,14 @@ void ScalingState::read(Backend &be, float *scale_out, float *scale_inv_out, flo
   be.copy_to_host(host.data(), mem_.get(), host.size() * sizeof(float));
   if (scale_out) *scale_out = host[len_];
   if (scale_inv_out) *scale_inv_out = host[len_ + 1];
-  if (history_out) std::copy(host.begin(), host.begin() + std::min(history_cap, len_), history_out);
+  if (history_out && history_cap > 0) {
+    std::copy(host.begin(), host.begin() + std::min(history_cap, len_), history_out);
+    be.copy_to_host(history_out, amax(), sizeof(float));
+  }
 }
 
-void ScalingState::assign(Backend &be, int len, DType dtype, float scale, float scale_inv, const float *history) {
+void ScalingState::assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale, float scale_inv,
+                          const float *history) {
   if (len <= 0) {
     mem_.reset();
     len_ = 0;
@@ -43,11 +49,13 @@ void ScalingState::assign(Backend &be, int len, DType dtype, float scale, float 
     return;
   }
   std::vector<float> host(static_cast<size_t>(len) + 3, 0.0f);
-  std::copy_n(history, static_cast<size_t>(len), host.begin());
+  std::copy_n(history + 1, static_cast<size_t>(len - 1), host.begin() + 1);  // [0] lives in the slot
   host[len] = scale;
   host[len + 1] = scale_inv;
   Buffer mem(&be, host.size() * sizeof(float));
+  if (!amax_.get()) amax_.acquire(slots);
   be.copy_from_host(mem.get(), host.data(), host.size() * sizeof(float));
+  be.copy_from_host(amax_.get(), history, sizeof(float));
   mem_ = std::move(mem);
   len_ = len;
   dtype_ = dtype;

@@ -14,9 +14,15 @@
  * After training every rank dumps its fp32 master weights and its FP8 scaling states; the
  * parent checks they are bit-identical across ranks. Rank 0 prints the loss.
  *
+ * Then the reference: one process on one GPU trains the same model on the same global batches
+ * (all N x BATCH rows in each GEMM, a single-rank group, no reduction). Data parallelism only
+ * splits the sums over rows, and the FP8 scales come from the same global amaxes, so the two
+ * loss curves must agree to within FP8 rounding (REFERENCE_TOLERANCE).
+ *
  * Usage:   train_mlp_ddp [N]          (default: every visible GPU)
- * Exit:    0   converged (final loss <= 0.1 x initial) and identical on every rank
- *          1   it did not converge, or the ranks differ
+ * Exit:    0   converged (final loss <= 0.1 x initial), identical on every rank, and the loss
+ *              within REFERENCE_TOLERANCE of the single-GPU run's
+ *          1   it did not converge, the ranks differ, or the loss departs from the reference
  *          2   a libte, CUDA or NCCL call (or a file, or malloc) failed
  *          77  fewer than 2 GPUs (nothing to test)
  *
@@ -43,6 +49,9 @@ enum { HISTORY_LEN = 16, MAX_RANKS = 64 };
 static const float LEARNING_RATE = 0.5f;
 static const float MOMENTUM = 0.9f;
 static const double CONVERGED_FRACTION = 0.1;
+/* Largest relative difference allowed between the DDP and single-GPU losses (the final loss,
+ * and each logged step's). */
+static const double REFERENCE_TOLERANCE = 0.05;
 
 
 static int g_rank = -1; /* -1 in the parent */
@@ -90,17 +99,15 @@ static void *xcalloc(size_t count, size_t size) {
 
 #include "mlp_task.h" /* sizes, RNG, parameters, teacher, loss, libte helpers (as train_mlp) */
 
-/* Draws the whole global batch (so every rank's RNG stays in step) and keeps this rank's
- * shard of it: x_shard [BATCH, IN] and its targets. */
-static void next_shard(rng *data, const teacher_mlp *teacher, int rank, int nranks,
-                       float *x_global, float *x_shard, float *target) {
-  fill_normal(data, x_global, (size_t)nranks * BATCH * IN, 1.0f);
-  memcpy(x_shard, x_global + (size_t)rank * BATCH * IN, (size_t)BATCH * IN * sizeof(float));
-  teacher_forward(teacher, x_shard, target, BATCH);
+/* Draws the whole global batch of `shards` x BATCH rows (so every rank's RNG stays in step) and
+ * keeps this rank's `mine` shards of it, from shard rank x mine: x_mine [mine x BATCH, IN] and
+ * their targets. */
+static void next_shards(rng *data, const teacher_mlp *teacher, int rank, int mine, int shards,
+                        float *x_global, float *x_mine, float *target) {
+  fill_normal(data, x_global, (size_t)shards * BATCH * IN, 1.0f);
+  memcpy(x_mine, x_global + (size_t)rank * mine * BATCH * IN, (size_t)mine * BATCH * IN * sizeof(float));
+  teacher_forward(teacher, x_mine, target, mine * BATCH);
 }
-
-/* The local MSE over this rank's shard (mse_loss, BATCH rows) and its gradient: the gradient of
- * the global mean loss is the mean over ranks of these local gradients (all shards have BATCH rows). */
 
 static void to_device(te_context *ctx, void *dst, const void *src, size_t bytes) {
   CHECK(te_context_copy(ctx, dst, src, bytes, TE_COPY_HOST_TO_DEVICE));
@@ -149,6 +156,11 @@ static void rank_file(char *path, size_t cap, const char *dir, int rank) {
   snprintf(path, cap, "%s/rank%d.bin", dir, rank);
 }
 
+/* Rank 0's loss per step, one file per run (nranks 1: the single-GPU reference). */
+static void losses_file(char *path, size_t cap, const char *dir, int nranks) {
+  snprintf(path, cap, "%s/losses_%dranks.bin", dir, nranks);
+}
+
 /* ---- the NCCL id: rank 0 makes it and publishes it atomically (write, then rename) -------- */
 
 static void share_nccl_id(const char *dir, int rank, ncclUniqueId *id) {
@@ -175,8 +187,11 @@ static void share_nccl_id(const char *dir, int rank, ncclUniqueId *id) {
 
 /* ---- one rank ---------------------------------------------------------------------------- */
 
-static int run_rank(int rank, int nranks, const char *dir) {
+/* One rank of `nranks`, training on `mine` shards of BATCH rows each step (the global batch is
+ * nranks x mine shards): DDP runs mine = 1 per rank, the reference nranks = 1, mine = N. */
+static int run_rank(int rank, int nranks, int mine, const char *dir) {
   g_rank = rank;
+  const int shards = nranks * mine, rows = mine * BATCH;
 
   /* The parent set CUDA_VISIBLE_DEVICES: this rank's GPU is device 0. */
   CHECK_CUDA(cudaSetDevice(0));
@@ -229,30 +244,30 @@ static int run_rank(int rank, int nranks, const char *dir) {
   float *grad = xcalloc(N_PARAMS, sizeof(float));
   float *velocity = xcalloc(N_PARAMS, sizeof(float));
   init_params(master, INIT_SEED); /* same seed: the same initial weights on every rank */
-  float *x_global = xcalloc((size_t)nranks * BATCH * IN, sizeof(float));
-  float *x_host = xcalloc((size_t)BATCH * IN, sizeof(float));
-  float *target = xcalloc((size_t)BATCH * OUT, sizeof(float));
-  float *y_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
-  float *dy_host = xcalloc((size_t)BATCH * OUT, sizeof(float));
+  float *x_global = xcalloc((size_t)shards * BATCH * IN, sizeof(float));
+  float *x_host = xcalloc((size_t)rows * IN, sizeof(float));
+  float *target = xcalloc((size_t)rows * OUT, sizeof(float));
+  float *y_host = xcalloc((size_t)rows * OUT, sizeof(float));
+  float *dy_host = xcalloc((size_t)rows * OUT, sizeof(float));
   double *losses = xcalloc(STEPS, sizeof(double));
 
   /* Device. */
   float *params = device_floats(ctx, N_PARAMS), *grads = device_floats(ctx, N_PARAMS);
   mlp_params w = params_view(params), g = params_view(grads);
-  float *x = device_floats(ctx, (size_t)BATCH * IN);
-  float *h = device_floats(ctx, (size_t)BATCH * HIDDEN);
-  float *a = device_floats(ctx, (size_t)BATCH * HIDDEN);
-  float *y = device_floats(ctx, (size_t)BATCH * OUT);
-  float *dy = device_floats(ctx, (size_t)BATCH * OUT);
-  float *da = device_floats(ctx, (size_t)BATCH * HIDDEN);
-  float *dh = device_floats(ctx, (size_t)BATCH * HIDDEN);
+  float *x = device_floats(ctx, (size_t)rows * IN);
+  float *h = device_floats(ctx, (size_t)rows * HIDDEN);
+  float *a = device_floats(ctx, (size_t)rows * HIDDEN);
+  float *y = device_floats(ctx, (size_t)rows * OUT);
+  float *dy = device_floats(ctx, (size_t)rows * OUT);
+  float *da = device_floats(ctx, (size_t)rows * HIDDEN);
+  float *dh = device_floats(ctx, (size_t)rows * HIDDEN);
   void *loss_buf = NULL; /* one double: the local loss, summed over ranks */
   CHECK(te_context_malloc(ctx, sizeof(double), &loss_buf));
 
-  te_tensor x_t = matrix(device, x, BATCH, IN), h_t = matrix(device, h, BATCH, HIDDEN);
-  te_tensor a_t = matrix(device, a, BATCH, HIDDEN), y_t = matrix(device, y, BATCH, OUT);
-  te_tensor dy_t = matrix(device, dy, BATCH, OUT), da_t = matrix(device, da, BATCH, HIDDEN);
-  te_tensor dh_t = matrix(device, dh, BATCH, HIDDEN);
+  te_tensor x_t = matrix(device, x, rows, IN), h_t = matrix(device, h, rows, HIDDEN);
+  te_tensor a_t = matrix(device, a, rows, HIDDEN), y_t = matrix(device, y, rows, OUT);
+  te_tensor dy_t = matrix(device, dy, rows, OUT), da_t = matrix(device, da, rows, HIDDEN);
+  te_tensor dh_t = matrix(device, dh, rows, HIDDEN);
   te_tensor w1_t = matrix(device, w.w1, HIDDEN, IN), b1_t = vector(device, w.b1, HIDDEN);
   te_tensor w2_t = matrix(device, w.w2, OUT, HIDDEN), b2_t = vector(device, w.b2, OUT);
   te_tensor dw1_t = matrix(device, g.w1, HIDDEN, IN), db1_t = vector(device, g.b1, HIDDEN);
@@ -278,11 +293,11 @@ static int run_rank(int rank, int nranks, const char *dir) {
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
 
-  const float inv_nranks = 1.0f / (float)nranks;
+  const float inv_shards = 1.0f / (float)shards;
   rng data = {DATA_SEED}; /* every rank replays the same global batches */
   for (int step = 0; step < STEPS; ++step) {
-    next_shard(&data, teacher, rank, nranks, x_global, x_host, target);
-    to_device(ctx, x, x_host, (size_t)BATCH * IN * sizeof(float));
+    next_shards(&data, teacher, rank, mine, shards, x_global, x_host, target);
+    to_device(ctx, x, x_host, (size_t)rows * IN * sizeof(float));
     to_device(ctx, params, master, N_PARAMS * sizeof(float));
 
     /* Forward: at the end of the scope libte all-reduces (MAX) the forward amaxes over the
@@ -295,9 +310,16 @@ static int run_rank(int rank, int nranks, const char *dir) {
     CHECK(te_linear_forward(ctx, fc2, &fwd2, &y_t, &bwd2));
     CHECK(te_autocast_end(ctx, token));
 
-    to_host(ctx, y_host, y, (size_t)BATCH * OUT * sizeof(float));
-    double local_loss = mse_loss(y_host, target, dy_host);
-    to_device(ctx, dy, dy_host, (size_t)BATCH * OUT * sizeof(float));
+    /* Each shard's MSE (mse_loss: BATCH rows) and its gradient. The global mean loss is the mean
+     * over shards, its gradient the mean of the shards' gradients: the backward sums over rows
+     * (and NCCL over ranks), the SGD step below divides by the number of shards. */
+    to_host(ctx, y_host, y, (size_t)rows * OUT * sizeof(float));
+    double local_loss = 0.0;
+    for (int k = 0; k < mine; ++k) {
+      const size_t off = (size_t)k * BATCH * OUT;
+      local_loss += mse_loss(y_host + off, target + off, dy_host + off);
+    }
+    to_device(ctx, dy, dy_host, (size_t)rows * OUT * sizeof(float));
 
     /* Backward: after fc1's (the pass's first FP8 module) libte reduces the gradient amaxes
      * over the same group. */
@@ -318,10 +340,10 @@ static int run_rank(int rank, int nranks, const char *dir) {
     to_host(ctx, grad, grads, N_PARAMS * sizeof(float));
     double loss_sum = 0.0;
     to_host(ctx, &loss_sum, loss_buf, sizeof loss_sum);
-    losses[step] = loss_sum / nranks; /* the loss over the global batch */
+    losses[step] = loss_sum / shards; /* the loss over the global batch */
 
     for (size_t i = 0; i < N_PARAMS; ++i) {
-      velocity[i] = MOMENTUM * velocity[i] + grad[i] * inv_nranks;
+      velocity[i] = MOMENTUM * velocity[i] + grad[i] * inv_shards;
       master[i] -= LEARNING_RATE * velocity[i];
     }
     if (rank == 0 && (step % LOG_EVERY == 0 || step == STEPS - 1))
@@ -339,6 +361,15 @@ static int run_rank(int rank, int nranks, const char *dir) {
   if (f == NULL || fwrite(dump, sizeof *dump, 1, f) != 1 || fclose(f) != 0) {
     fprintf(stderr, "[rank %d] cannot write %s\n", rank, path);
     return 2;
+  }
+
+  if (rank == 0) {
+    losses_file(path, sizeof path, dir, nranks);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(losses, sizeof *losses, STEPS, f) != STEPS || fclose(f) != 0) {
+      fprintf(stderr, "[rank 0] cannot write %s\n", path);
+      return 2;
+    }
   }
 
   double initial = losses[0], final = 0.0;
@@ -448,6 +479,50 @@ static int compare_ranks(const char *dir, int nranks) {
   return differences;
 }
 
+static int read_losses(const char *dir, int nranks, double *out) {
+  char path[512];
+  losses_file(path, sizeof path, dir, nranks);
+  FILE *f = fopen(path, "rb");
+  int ok = f != NULL && fread(out, sizeof *out, STEPS, f) == STEPS;
+  if (f) fclose(f);
+  if (!ok) printf("no loss curve in %s\n", path);
+  return ok;
+}
+
+static double relative_difference(double a, double reference) {
+  return fabs(a - reference) / fabs(reference);
+}
+
+/* DDP over nranks vs the single-GPU reference: the final loss (mean of the last FINAL_WINDOW
+ * steps) and every logged step's loss within REFERENCE_TOLERANCE. Returns 1 when they agree. */
+static int compare_losses(const char *dir, int nranks) {
+  double *ddp = xcalloc(STEPS, sizeof(double)), *ref = xcalloc(STEPS, sizeof(double));
+  int ok = read_losses(dir, nranks, ddp) && read_losses(dir, 1, ref);
+  if (ok) {
+    double final_ddp = 0.0, final_ref = 0.0, worst = 0.0;
+    int worst_step = 0;
+    for (int i = STEPS - FINAL_WINDOW; i < STEPS; ++i) {
+      final_ddp += ddp[i] / FINAL_WINDOW;
+      final_ref += ref[i] / FINAL_WINDOW;
+    }
+    for (int i = 0; i < STEPS; ++i) {
+      const double d = relative_difference(ddp[i], ref[i]);
+      if (!(d <= worst)) worst = d, worst_step = i; /* NaN wins */
+    }
+    const double final_diff = relative_difference(final_ddp, final_ref);
+    printf("loss vs one GPU: step 0 %.6f / %.6f, final %.5f / %.5f (relative difference %.2e); "
+           "largest step difference %.2e at step %d\n",
+           ddp[0], ref[0], final_ddp, final_ref, final_diff, worst, worst_step);
+    ok = final_diff <= REFERENCE_TOLERANCE;
+    for (int i = 0; i < STEPS && ok; i += LOG_EVERY) ok = relative_difference(ddp[i], ref[i]) <= REFERENCE_TOLERANCE;
+    printf("the DDP loss %s the single-GPU loss within %.0f%%\n", ok ? "matches" : "does NOT match",
+           100.0 * REFERENCE_TOLERANCE);
+  }
+  free(ddp);
+  free(ref);
+  return ok;
+}
+
 int main(int argc, char **argv) {
   /* NVLink multicast stays off (it can take a shared host's GPUs out of service). */
   setenv("NCCL_NVLS_ENABLE", "0", 0);
@@ -485,7 +560,7 @@ int main(int argc, char **argv) {
       snprintf(visible, sizeof visible, "%d", r);
       setenv("CUDA_VISIBLE_DEVICES", visible, 1);
       alarm(300); /* a hung collective ends the rank, not the machine's patience */
-      _exit(run_rank(r, nranks, dir));
+      _exit(run_rank(r, nranks, 1, dir));
     }
   }
   int worst = 0;
@@ -494,20 +569,42 @@ int main(int argc, char **argv) {
     if (rc != 0) printf("rank %d exited with %d\n", r, rc);
     if (rc > worst) worst = rc;
   }
-
   int differences = worst == 2 ? -1 : compare_ranks(dir, nranks);
-  char id_path[512];
-  snprintf(id_path, sizeof id_path, "%s/nccl_id", dir);
-  remove(id_path);
+
+  /* The single-GPU reference over the same global batches. */
+  int reference_rc = 2, reference_ok = 0;
+  if (worst != 2 && differences >= 0) {
+    printf("reference: one GPU, the same %d x %d global batches\n", nranks, BATCH);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+      alarm(300);
+      _exit(run_rank(0, 1, nranks, dir));
+    }
+    reference_rc = pid < 0 ? 2 : wait_child(pid);
+    if (reference_rc != 2) reference_ok = compare_losses(dir, nranks);
+  }
+
+  char path[512];
+  const char *leftovers[] = {"nccl_id", "rank0.bin", "losses_1ranks.bin", NULL};
+  for (int i = 0; leftovers[i] != NULL; ++i) {
+    snprintf(path, sizeof path, "%s/%s", dir, leftovers[i]);
+    remove(path);
+  }
+  losses_file(path, sizeof path, dir, nranks);
+  remove(path);
   rmdir(dir);
-  if (worst == 2 || differences < 0) {
+  if (worst == 2 || differences < 0 || reference_rc == 2) {
     printf("FAIL: a rank failed\n");
     return 2;
   }
   if (differences == 0)
     printf("weights and FP8 scaling states bit-identical on all %d ranks\n", nranks);
-  if (worst != 0 || differences != 0) {
-    printf("FAIL: %s\n", worst != 0 ? "did not converge" : "the ranks differ");
+  if (worst != 0 || differences != 0 || !reference_ok) {
+    printf("FAIL: %s\n", worst != 0 ? "did not converge"
+                        : differences != 0 ? "the ranks differ"
+                                           : "the loss departs from the single-GPU run's");
     return 1;
   }
   printf("PASS\n");

@@ -348,6 +348,50 @@ TEST(Group, NcclUnsupportedInThisBuildButNullsFirst) {
   EXPECT_EQ(std::memcmp(&id, &before, sizeof id), 0);
   EXPECT_TE_FAIL(TE_ERROR_UNSUPPORTED, "te_group_init_nccl", nullptr, te_group_init_nccl(&g, 0, 1, &id));
   EXPECT_EQ(g, sentinel);
+  EXPECT_TE_FAIL(TE_ERROR_UNSUPPORTED, "te_group_init_nccl_with_options", nullptr,
+                 te_group_init_nccl_with_options(&g, 0, 1, &id, nullptr));
+  EXPECT_EQ(g, sentinel);
+}
+
+TEST(Group, NcclOptionsDefaultsAndArguments) {
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_nccl_options_init", "opts", te_group_nccl_options_init(nullptr));
+  te_group_nccl_options o;
+  std::memset(&o, 0x5A, sizeof o);
+  ASSERT_TE_OK(te_group_nccl_options_init(&o));
+  EXPECT_EQ(o.struct_size, sizeof o);
+  EXPECT_EQ(o.timeout_ms, 600000);
+
+  te_group *sentinel = reinterpret_cast<te_group *>(0x4321);
+  te_group *g = sentinel;
+  te_nccl_id id;
+  std::memset(&id, 0x3C, sizeof id);
+  // Argument checks come before NCCL (and before any GPU is looked for), on every machine.
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_init_nccl_with_options", "nranks",
+                 te_group_init_nccl_with_options(&g, 0, 0, &id, &o));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_init_nccl_with_options", "rank",
+                 te_group_init_nccl_with_options(&g, -1, 2, &id, &o));
+  o.timeout_ms = -5;
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_init_nccl_with_options", "opts->timeout_ms",
+                 te_group_init_nccl_with_options(&g, 0, 2, &id, &o));
+  o.timeout_ms = 1000;
+  o.struct_size = 3;
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_init_nccl_with_options", "opts",
+                 te_group_init_nccl_with_options(&g, 0, 2, &id, &o));
+  EXPECT_EQ(g, sentinel);
+}
+
+TEST(Group, AbortNeedsAnOwnedCommunicator) {
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_abort", "g", te_group_abort(nullptr));
+  RecipePtr r = make_recipe(TE_RECIPE_DELAYED_SCALING);
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_group_abort", "g", te_group_abort(reinterpret_cast<te_group *>(r.get())));
+  te_group *g = nullptr;
+  ASSERT_TE_OK(te_group_create_single(&g));
+  GroupPtr single(g);
+  const uint64_t id = te_group_id(g);
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_STATE, "te_group_abort", "g", te_group_abort(g));
+  // Nothing changed: the group is still the same usable single-rank group.
+  EXPECT_EQ(te_group_id(g), id);
+  EXPECT_EQ(te_group_size(g), 1);
 }
 
 }  // namespace

@@ -406,14 +406,21 @@ TEST_F(CudaKernels, ScaleUpdateAndGatherMatchCpu) {
       }
       std::vector<float> reduced(static_cast<size_t>(n_items));
       for (auto &r : reduced) r = (rng() % 8 == 0) ? special[rng() % 3] : std::ldexp(1.0f, int(rng() % 20) - 5);
+      // Odd items keep their current amax in a slot apart (as AmaxSlots gives states), even ones
+      // in history[0].
+      std::vector<float> slot_host(static_cast<size_t>(n_items));
+      for (int i = 0; i < n_items; ++i) slot_host[i] = host[off[i]] * 0.5f;
       Twin state(*cpu, *gpu, raw(host)), red(*cpu, *gpu, raw(reduced)), packed(*cpu, *gpu, static_cast<size_t>(n_items) * 4);
+      Twin slots(*cpu, *gpu, raw(slot_host));
       for (int b = 0; b < 2; ++b) {
         Backend &be = b == 0 ? *cpu : *gpu;
         float *base = b == 0 ? state.c.floats() : state.g.floats();
+        float *slot_base = b == 0 ? slots.c.floats() : slots.g.floats();
         std::vector<ScaleUpdateItem> items(static_cast<size_t>(n_items));
         for (int i = 0; i < n_items; ++i) {
           ScaleUpdateItem &it = items[i];
           it.history = base + off[i];
+          it.amax = i % 2 ? slot_base + i : it.history;
           it.scale = base + off[i] + len[i];
           it.scale_inv = base + off[i] + len[i] + 1;
           it.len = len[i];
@@ -428,6 +435,7 @@ TEST_F(CudaKernels, ScaleUpdateAndGatherMatchCpu) {
       }
       EXPECT_SAME_BYTES(packed, 4, "gather n=" << n_items);
       EXPECT_SAME_BYTES(state, 4, "update n=" << n_items << " reduced=" << with_reduced);
+      EXPECT_SAME_BYTES(slots, 4, "slots n=" << n_items << " reduced=" << with_reduced);
     }
   }
 }

@@ -107,9 +107,11 @@ TEST(CpuBackend, GatherAmaxAndFusedScaleUpdate) {
   auto be = te::make_cpu_backend();
   std::vector<float> h1 = {2.0f, 1.0f, 4.0f}, h2 = {3.0f};
   float s1 = 1.0f, si1 = 1.0f, s2 = 1.0f, si2 = 1.0f;
+  // Item 0 keeps its current amax in history[0], item 1 in a slot of its own (as AmaxSlots).
+  float slot2 = 3.0f;
   te::ScaleUpdateItem items[2] = {
-      {h1.data(), &s1, &si1, 3, 0, te::AmaxAlgo::Max, 448.0f},
-      {h2.data(), &s2, &si2, 1, 1, te::AmaxAlgo::MostRecent, 57344.0f},
+      {h1.data(), h1.data(), &s1, &si1, 3, 0, te::AmaxAlgo::Max, 448.0f},
+      {h2.data(), &slot2, &s2, &si2, 1, 1, te::AmaxAlgo::MostRecent, 57344.0f},
   };
   float packed[2] = {};
   be->gather_amax(items, 2, packed);
@@ -123,6 +125,7 @@ TEST(CpuBackend, GatherAmaxAndFusedScaleUpdate) {
   EXPECT_EQ(s2, 4096.0f);   // (57344 / 7) / 2
   EXPECT_EQ(h1, (std::vector<float>{0.0f, 4.0f, 8.0f}));
   EXPECT_EQ(h2, (std::vector<float>{0.0f}));
+  EXPECT_EQ(slot2, 0.0f);  // consumed: the next step accumulates from zero
   be->scale_update(items, 2, nullptr);  // all-zero windows except h1: keep / recompute
   EXPECT_EQ(s1, 56.0f);     // max(0, 4, 8) = 8
   EXPECT_EQ(s2, 4096.0f);   // amax 0: previous scale kept

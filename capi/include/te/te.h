@@ -293,12 +293,41 @@ TE_API te_status te_group_create_single(te_group **out);
 TE_API te_status te_group_create_nccl(te_group **out, void *nccl_comm);
 /* Makes a new NCCL id on one rank, to share with the others. */
 TE_API te_status te_nccl_get_unique_id(te_nccl_id *out);
+/* Options of te_group_init_nccl_with_options. */
+typedef struct te_group_nccl_options {
+  size_t struct_size;
+  int32_t timeout_ms; /* how long to wait for every rank to join; 0: no limit;
+                         default 600000 (10 minutes) */
+} te_group_nccl_options;
+
+/* Fills the defaults (and struct_size). Errors: INVALID_ARGUMENT for NULL. */
+TE_API te_status te_group_nccl_options_init(te_group_nccl_options *opts);
 /* Joins `nranks` ranks into a new communicator the group owns, on the calling
  * thread's current CUDA device (cudaSetDevice first). Collective: every rank
- * calls it; it blocks until all have joined. UNSUPPORTED in builds without
- * NCCL or without a usable GPU. */
+ * calls it with the same id. The communicator is non-blocking: when not all
+ * ranks have joined within opts->timeout_ms, it is aborted and the call fails
+ * with TE_ERROR_NCCL, rather than hanging. NCCL's own failures are
+ * TE_ERROR_NCCL with NCCL's message. UNSUPPORTED in builds without NCCL or
+ * without a usable GPU. opts NULL: the defaults. */
+TE_API te_status te_group_init_nccl_with_options(te_group **out, int32_t rank, int32_t nranks,
+                                                 const te_nccl_id *id,
+                                                 const te_group_nccl_options *opts);
+/* te_group_init_nccl_with_options with the default options. */
 TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks,
                                     const te_nccl_id *id);
+/* The abort path for a rank that failed: aborts the communicator the group
+ * owns (ncclCommAbort), which ends any of its reductions still running or
+ * waiting on the GPU for a peer that will never come, so that a
+ * te_context_synchronize blocked on them returns. Meant for a watchdog
+ * thread: it may run while another thread is blocked in
+ * te_context_synchronize, but not while one is inside a te_* call that
+ * reduces over this group (te_autocast_end, a backward, a current-scaling
+ * forward). Afterwards every reduction over the group fails with
+ * TE_ERROR_NCCL; destroy the group and rebuild. INVALID_STATE for a group
+ * that borrows its communicator (te_group_create_nccl: the owner aborts it
+ * with ncclCommAbort) or has no communicator (single-rank). Aborting twice is
+ * a no-op. */
+TE_API te_status te_group_abort(te_group *g);
 /* NULL is a no-op. Every context must be done with the group. */
 TE_API void te_group_destroy(te_group *g);
 /* A process-unique id, never reused, never 0 (0 names the implicit

@@ -27,14 +27,15 @@ void CpuBackend::fill_floats(float *dst, float value, size_t count) {
 }
 
 void CpuBackend::gather_amax(const ScaleUpdateItem *items, int n, float *packed) {
-  for (int i = 0; i < n; ++i) packed[i] = items[i].history[0];
+  for (int i = 0; i < n; ++i) packed[i] = *items[i].amax;
 }
 
 void CpuBackend::scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) {
   for (int i = 0; i < n; ++i) {
     const ScaleUpdateItem &it = items[i];
     delayed_scale_update(it.history, it.len, it.scale, it.scale_inv, it.fp8_max, it.margin, it.algo,
-                         reduced_amax != nullptr ? &reduced_amax[i] : nullptr);
+                         reduced_amax != nullptr ? &reduced_amax[i] : it.amax);
+    *it.amax = 0.0f;
   }
 }
 

@@ -1,5 +1,5 @@
-// Delayed-scaling maintenance: gather_amax (history[0] of every state into one packed buffer for
-// the all-reduce) and scale_update (delayed_scale_update of numerics.cpp for every state).
+// Delayed-scaling maintenance: gather_amax (the current amax of every state into one packed
+// buffer for the all-reduce, when the states' amax slots are not one contiguous range) and scale_update (delayed_scale_update of numerics.cpp for every state).
 // The host-side items travel as kernel parameters, up to kItemsPerLaunch per launch, so that a
 // bucket's update is one launch, needs no staging copy and can be captured in a CUDA graph.
 // scale_update runs one thread block per state; the history roll is done in place, in chunks of
@@ -14,11 +14,12 @@ namespace te::cuda {
 
 namespace {
 
-constexpr int kItemsPerLaunch = 128;  // 5 KiB of parameters: needs CUDA >= 12.1 (32 KiB limit)
+constexpr int kItemsPerLaunch = 128;  // 6 KiB of parameters: needs CUDA >= 12.1 (32 KiB limit)
 constexpr int kUpdateThreads = 256;
 
 struct UpdateItem {
   float *history;
+  float *amax;
   float *scale;
   float *scale_inv;
   int len;
@@ -33,7 +34,7 @@ struct UpdateChunk {
 
 __global__ void gather_amax_kernel(const __grid_constant__ UpdateChunk chunk, int n, float *packed) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) packed[i] = chunk.item[i].history[0];
+  if (i < n) packed[i] = *chunk.item[i].amax;
 }
 
 __global__ void __launch_bounds__(kUpdateThreads)
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kUpdateThreads)
   const UpdateItem &it = chunk.item[blockIdx.x];
   float *h = it.history;
   const int len = it.len;
-  const float last_amax = reduced_amax != nullptr ? reduced_amax[blockIdx.x] : h[0];
+  const float last_amax = reduced_amax != nullptr ? reduced_amax[blockIdx.x] : *it.amax;
 
   float amax = last_amax;
   if (it.algo == static_cast<int>(AmaxAlgo::Max)) {
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kUpdateThreads)
   if (threadIdx.x == 0) {
     if (len > 1) h[len - 1] = last_amax;
     h[0] = 0.0f;
+    *it.amax = 0.0f;
   }
 }
 
@@ -81,7 +83,7 @@ int fill_chunk(UpdateChunk &chunk, const ScaleUpdateItem *items, int n) {
   const int count = n < kItemsPerLaunch ? n : kItemsPerLaunch;
   for (int i = 0; i < count; ++i) {
     const ScaleUpdateItem &s = items[i];
-    chunk.item[i] = UpdateItem{s.history, s.scale, s.scale_inv, s.len, s.margin, static_cast<int>(s.algo), s.fp8_max};
+    chunk.item[i] = UpdateItem{s.history, s.amax, s.scale, s.scale_inv, s.len, s.margin, static_cast<int>(s.algo), s.fp8_max};
   }
   return count;
 }

@@ -12,7 +12,7 @@ namespace te::dist {
 NcclApi::NcclApi() : lib_({"libnccl.so.2", "libnccl.so"}, "NCCL", "NCCL process groups need libnccl.so.2") {
   lib_.bind("ncclGetVersion", &get_version);
   lib_.bind("ncclGetUniqueId", &get_unique_id);
-  lib_.bind("ncclCommInitRank", &comm_init_rank);
+  lib_.bind("ncclCommInitRankConfig", &comm_init_rank_config);
   lib_.bind("ncclCommDestroy", &comm_destroy);
   lib_.bind("ncclCommAbort", &comm_abort);
   lib_.bind("ncclCommGetAsyncError", &comm_get_async_error);

@@ -7,7 +7,10 @@
 #if TE_NCCL_ENABLED
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "cuda/cuda_check.h"
 #endif
@@ -20,6 +23,26 @@ static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "te_nccl_id must hold an ncc
 
 namespace {
 
+// Polls a non-blocking communicator until its pending operation is done (ncclInProgress ends).
+// Throws te::Error(Nccl) with NCCL's message when it failed, or when timeout_ms (0: no limit)
+// passes first; the caller decides what to do with the communicator then.
+void wait_ready(const NcclApi &api, ncclComm_t comm, const char *call, int64_t timeout_ms, int rank, int nranks) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    api.check(api.comm_get_async_error(comm, &state), "ncclCommGetAsyncError", comm);
+    if (state != ncclInProgress) {
+      api.check(state, call, comm);
+      return;
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (timeout_ms > 0 && waited.count() >= timeout_ms)
+      fail(Status::Nccl, "%s did not complete within %lld ms (rank %d of %d): did every rank call "
+           "te_group_init_nccl with the same id and nranks?", call, static_cast<long long>(timeout_ms), rank, nranks);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 // Amax reduction over an NCCL communicator: one ncclAllReduce(MAX) of the packed fp32 amaxes,
 // enqueued on the context's stream. No host synchronisation, so a step stays capturable in a
 // CUDA graph.
@@ -30,17 +53,19 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    if (!owned_ || !comm_) return;
+    if (!owned_ || !comm_ || aborted_.load()) return;
     ncclResult_t async = ncclSuccess;
     // A communicator that errored (a peer died, a network failure) cannot be destroyed
     // collectively: abort it, which never waits for the other ranks.
-    if (api_.comm_get_async_error(comm_, &async) != ncclSuccess || async != ncclSuccess)
+    if (api_.comm_get_async_error(comm_, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
       api_.comm_abort(comm_);
     else
       api_.comm_destroy(comm_);
   }
 
   void allreduce_max(float *buf, size_t count, Backend &backend) override {
+    if (aborted_.load())
+      fail(Status::Nccl, "the group's NCCL communicator was aborted (te_group_abort): destroy the group and make a new one");
     Device dev = backend.device();
     if (dev.type != DeviceType::CUDA)
       fail(Status::InvalidArgument,
@@ -51,20 +76,33 @@ class NcclCommunicator final : public Communicator {
     // A communicator already in error fails here, with NCCL's message, rather than hanging.
     ncclResult_t async = ncclSuccess;
     api_.check(api_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError", comm_);
-    api_.check(async, "NCCL communicator (asynchronous error)", comm_);
+    if (async != ncclInProgress) api_.check(async, "NCCL communicator (asynchronous error)", comm_);
+    else wait_ready(api_, comm_, "NCCL communicator (a pending operation)", 0, 0, 0);
     int previous = 0;
     TE_CUDA_CHECK(cudaGetDevice(&previous));
     if (previous != device_) TE_CUDA_CHECK(cudaSetDevice(device_));
     ncclResult_t r = api_.all_reduce(buf, buf, count, ncclFloat32, ncclMax, comm_,
                                      static_cast<cudaStream_t>(backend.stream()));
     if (previous != device_) cudaSetDevice(previous);
-    api_.check(r, "ncclAllReduce", comm_);
+    // A non-blocking communicator may still be enqueueing: it is done within microseconds, and
+    // NCCL wants it finished before the next call on the communicator.
+    if (r == ncclInProgress) wait_ready(api_, comm_, "ncclAllReduce", 0, 0, 0);
+    else api_.check(r, "ncclAllReduce", comm_);
+  }
+
+  void abort() override {
+    if (!owned_)
+      fail(Status::InvalidState, "argument 'g': the group borrows its communicator (te_group_create_nccl): "
+           "its owner aborts it with ncclCommAbort");
+    if (aborted_.exchange(true)) return;
+    api_.comm_abort(comm_);
   }
 
  private:
   const NcclApi &api_;
   ncclComm_t comm_;
   bool owned_;
+  std::atomic<bool> aborted_{false};
   int device_ = 0;
 };
 
@@ -99,14 +137,22 @@ std::unique_ptr<Group> nccl_group_borrow(void *comm_ptr) {
   return std::make_unique<Group>(rank, size, std::make_unique<NcclCommunicator>(api, comm, /*owned=*/false));
 }
 
-std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id) {
+std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id, int64_t timeout_ms) {
   const NcclApi &api = require_gpu_and_nccl();
   ncclUniqueId uid;
   std::memcpy(&uid, id, sizeof uid);
+  // Non-blocking, so that a rank that never joins ends in a timeout here, not a hang in NCCL.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t comm = nullptr;
-  api.check(api.comm_init_rank(&comm, nranks, uid, rank), "ncclCommInitRank");
+  ncclResult_t r = api.comm_init_rank_config(&comm, nranks, uid, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (comm) api.comm_abort(comm);
+    api.check(r, "ncclCommInitRankConfig");
+  }
   std::unique_ptr<Communicator> c;
   try {
+    wait_ready(api, comm, "ncclCommInitRankConfig", timeout_ms, rank, nranks);
     c = std::make_unique<NcclCommunicator>(api, comm, /*owned=*/true);
   } catch (...) {
     api.comm_abort(comm);
@@ -132,7 +178,7 @@ namespace {
 bool nccl_compiled() { return false; }
 void nccl_get_unique_id(void *) { no_nccl(); }
 std::unique_ptr<Group> nccl_group_borrow(void *) { no_nccl(); }
-std::unique_ptr<Group> nccl_group_init(int, int, const void *) { no_nccl(); }
+std::unique_ptr<Group> nccl_group_init(int, int, const void *, int64_t) { no_nccl(); }
 
 #endif  // TE_NCCL_ENABLED
 

@@ -930,6 +930,71 @@ extern "C" {
 extern "C" {
     pub fn te_nccl_get_unique_id(out: *mut te_nccl_id) -> te_status;
 }
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct te_group_nccl_options {
+    pub struct_size: usize,
+    pub timeout_ms: i32,
+}
+#[test]
+fn bindgen_test_layout_te_group_nccl_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_group_nccl_options>(),
+        16usize,
+        concat!("Size of: ", stringify!(te_group_nccl_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_group_nccl_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_group_nccl_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_group_nccl_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_group_nccl_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_timeout_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_group_nccl_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).timeout_ms) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_group_nccl_options),
+                "::",
+                stringify!(timeout_ms)
+            )
+        );
+    }
+    test_field_timeout_ms();
+}
+extern "C" {
+    pub fn te_group_nccl_options_init(opts: *mut te_group_nccl_options) -> te_status;
+}
+extern "C" {
+    pub fn te_group_init_nccl_with_options(
+        out: *mut *mut te_group,
+        rank: i32,
+        nranks: i32,
+        id: *const te_nccl_id,
+        opts: *const te_group_nccl_options,
+    ) -> te_status;
+}
 extern "C" {
     pub fn te_group_init_nccl(
         out: *mut *mut te_group,
@@ -937,6 +1002,9 @@ extern "C" {
         nranks: i32,
         id: *const te_nccl_id,
     ) -> te_status;
+}
+extern "C" {
+    pub fn te_group_abort(g: *mut te_group) -> te_status;
 }
 extern "C" {
     pub fn te_group_destroy(g: *mut te_group);

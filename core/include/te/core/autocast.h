@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "te/core/amax_slots.h"
 #include "te/core/backend.h"
 #include "te/core/group.h"
 #include "te/core/recipe.h"
@@ -27,6 +28,7 @@ struct AutocastStats {
   uint64_t scopes_closed = 0;
   uint64_t bucket_updates = 0;
   uint64_t amax_reductions = 0;
+  uint64_t amax_gathers = 0;  // reductions whose bucket's amax slots were not one range
   uint64_t states_updated = 0;
 };
 
@@ -46,7 +48,7 @@ struct PassTicket {
 
 class Autocast {
  public:
-  Autocast(Backend &be, AutocastStats &stats) : be_(be), stats_(stats) {}
+  Autocast(Backend &be, AutocastStats &stats, const AmaxSlots &slots) : be_(be), stats_(stats), slots_(slots) {}
   ~Autocast();
 
   uint64_t begin(bool enabled, bool calibrating, const Recipe *recipe, const Group *group);
@@ -86,6 +88,7 @@ class Autocast {
 
   Backend &be_;
   AutocastStats &stats_;
+  const AmaxSlots &slots_;
   AutocastScope stack_[kAutocastMaxDepth];
   int depth_ = 0;
   int recording_depth_ = 0;

@@ -41,9 +41,12 @@ struct GemmArgs {
   bool split_accumulator = false;     // FP8 fast-accumulation off (CUDA); exact on the CPU
 };
 
-// One scaling state as the fused update sees it: history[len], then scale, then scale_inv.
+// One scaling state as the fused update sees it: history[len], then scale, then scale_inv; the
+// current amax (history slot 0) is read from *amax, which the update then zeroes (amax may point
+// at history[0] itself, or at the state's slot in the context's AmaxSlots).
 struct ScaleUpdateItem {
   float *history;
+  float *amax;
   float *scale;
   float *scale_inv;
   int len;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "te/core/amax_slots.h"
 #include "te/core/autocast.h"
 #include "te/core/backend.h"
 #include "te/core/handle.h"
@@ -26,6 +27,7 @@ class Context : public Handle {
   const Autocast &autocast() const { return autocast_; }
   const Recipe &default_recipe() const { return *default_recipe_.get(); }
   const AutocastStats &stats() const { return stats_; }
+  AmaxSlots &amax_slots() { return amax_slots_; }
 
   // CUDA 0 when this build has the CUDA backend and a usable GPU, else the CPU.
   static Device default_device();
@@ -42,6 +44,7 @@ class Context : public Handle {
   std::unique_ptr<Backend> backend_;
   RecipeRef default_recipe_;
   AutocastStats stats_;
+  AmaxSlots amax_slots_;  // before autocast_ and every scaling state, after backend_
   Autocast autocast_;
   std::unique_ptr<LinearObjectPool> linear_pool_;
   std::unordered_map<void *, size_t> user_blocks_;

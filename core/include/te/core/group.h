@@ -17,6 +17,9 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual void allreduce_max(float *buf, size_t count, Backend &backend) = 0;
+  // Ends the communicator's pending and future work (te_group_abort); may run on another
+  // thread while the owner waits on the stream. Throws InvalidState where that is not ours to do.
+  virtual void abort() = 0;
 };
 
 class Group : public Handle {
@@ -28,6 +31,8 @@ class Group : public Handle {
   bool needs_reduction() const { return size_ > 1; }
   // In-place MAX over the group; a no-op for one rank.
   void allreduce_max(float *buf, size_t count, Backend &backend) const;
+  // Throws InvalidState for a group without a communicator of its own to abort.
+  void abort();
 
  private:
   uint64_t id_;

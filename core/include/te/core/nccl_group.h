@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "te/core/group.h"
@@ -25,8 +26,10 @@ void nccl_get_unique_id(void *id);
 std::unique_ptr<Group> nccl_group_borrow(void *comm);
 
 // Joins `nranks` ranks into a new communicator on the calling thread's current CUDA device
-// (collective: every rank calls it, as ncclCommInitRank). The group owns the communicator:
-// destroying the group destroys it (aborts it when NCCL reported an asynchronous error).
-std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id);
+// (collective: every rank calls it, as ncclCommInitRank). The communicator is non-blocking:
+// when the ranks have not all joined within timeout_ms (0: no limit) it is aborted and this
+// throws te::Error(Nccl). The group owns the communicator: destroying the group destroys it
+// (aborts it when NCCL reported an asynchronous error).
+std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id, int64_t timeout_ms);
 
 }  // namespace te::dist

@@ -29,7 +29,7 @@ struct QuantizeRequest {
   const Group *group = nullptr;       // current scaling reduces the amax over it
   ScalingState *state = nullptr;      // prepared for recipe and dtype
   const float *scale = nullptr;       // delayed: overrides state->scale() (backward snapshots)
-  bool record_amax = true;            // delayed: max-accumulate amax into state->history()[0]
+  bool record_amax = true;            // delayed: max-accumulate amax into state->amax()
 };
 
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.

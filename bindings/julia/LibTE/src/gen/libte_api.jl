@@ -400,13 +400,54 @@ function te_nccl_get_unique_id(out)
     ccall((:te_nccl_get_unique_id, libte), te_status, (Ptr{te_nccl_id},), out)
 end
 
+# Options of te_group_init_nccl_with_options.
+# struct te_group_nccl_options: 16 bytes, 8-byte aligned
+struct te_group_nccl_options
+    struct_size::Csize_t  # offset 0: size_t
+    # how long to wait for every rank to join; 0: no limit;
+    # default 600000 (10 minutes)
+    timeout_ms::Int32  # offset 8: int32_t
+end
+
+# Fills the defaults (and struct_size). Errors: INVALID_ARGUMENT for NULL.
+# C: te_status te_group_nccl_options_init(te_group_nccl_options *opts)
+function te_group_nccl_options_init(opts)
+    ccall((:te_group_nccl_options_init, libte), te_status, (Ptr{te_group_nccl_options},), opts)
+end
+
 # Joins `nranks` ranks into a new communicator the group owns, on the calling
 # thread's current CUDA device (cudaSetDevice first). Collective: every rank
-# calls it; it blocks until all have joined. UNSUPPORTED in builds without
-# NCCL or without a usable GPU.
+# calls it with the same id. The communicator is non-blocking: when not all
+# ranks have joined within opts->timeout_ms, it is aborted and the call fails
+# with TE_ERROR_NCCL, rather than hanging. NCCL's own failures are
+# TE_ERROR_NCCL with NCCL's message. UNSUPPORTED in builds without NCCL or
+# without a usable GPU. opts NULL: the defaults.
+# C: te_status te_group_init_nccl_with_options(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id, const te_group_nccl_options *opts)
+function te_group_init_nccl_with_options(out, rank, nranks, id, opts)
+    ccall((:te_group_init_nccl_with_options, libte), te_status, (Ptr{Ptr{te_group}}, Int32, Int32, Ptr{te_nccl_id}, Ptr{te_group_nccl_options}), out, rank, nranks, id, opts)
+end
+
+# te_group_init_nccl_with_options with the default options.
 # C: te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *id)
 function te_group_init_nccl(out, rank, nranks, id)
     ccall((:te_group_init_nccl, libte), te_status, (Ptr{Ptr{te_group}}, Int32, Int32, Ptr{te_nccl_id}), out, rank, nranks, id)
+end
+
+# The abort path for a rank that failed: aborts the communicator the group
+# owns (ncclCommAbort), which ends any of its reductions still running or
+# waiting on the GPU for a peer that will never come, so that a
+# te_context_synchronize blocked on them returns. Meant for a watchdog
+# thread: it may run while another thread is blocked in
+# te_context_synchronize, but not while one is inside a te_* call that
+# reduces over this group (te_autocast_end, a backward, a current-scaling
+# forward). Afterwards every reduction over the group fails with
+# TE_ERROR_NCCL; destroy the group and rebuild. INVALID_STATE for a group
+# that borrows its communicator (te_group_create_nccl: the owner aborts it
+# with ncclCommAbort) or has no communicator (single-rank). Aborting twice is
+# a no-op.
+# C: te_status te_group_abort(te_group *g)
+function te_group_abort(g)
+    ccall((:te_group_abort, libte), te_status, (Ptr{te_group},), g)
 end
 
 # NULL is a no-op. Every context must be done with the group.
@@ -867,7 +908,10 @@ const TE_API_FUNCTIONS = (
     :te_group_create_single,
     :te_group_create_nccl,
     :te_nccl_get_unique_id,
+    :te_group_nccl_options_init,
+    :te_group_init_nccl_with_options,
     :te_group_init_nccl,
+    :te_group_abort,
     :te_group_destroy,
     :te_group_id,
     :te_group_rank,
