@@ -19,6 +19,10 @@
  *    stack with no allocation.
  *  - Options structs are constructed with their _init defaults (and struct_size set), as are the
  *    structs the library fills.
+ *  - A te_nccl_id is bytes of length 128 both ways: te_nccl_get_unique_id() returns one,
+ *    te_group_init_nccl*(..., id) takes any bytes-like object of that length (None is NULL).
+ *  - Calls that may block (te_context_synchronize, the NCCL group calls) release the GIL, so
+ *    that another thread can run meanwhile (e.g. a watchdog calling te_group_abort).
  *  - te_swig_* functions are call-shaped helpers for the Python package's low-level interface
  *    (options structs built in C, tensors as tuples).
  */
@@ -210,6 +214,52 @@ TE_HANDLE_OUT(te_linear_backward_ctx)
 %typemap(in, numinputs=0) te_tensor *dlpack_out (te_tensor temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
 %typemap(argout) te_tensor *dlpack_out { $result = SWIG_Python_AppendOutput($result, te_swig_tensor_to_tuple(&temp$argnum)); }
 
+/* ---- te_nccl_id: 128 bytes, as Python bytes ---------------------------------------------------- */
+
+%ignore te_nccl_id; /* no proxy class: ids are bytes */
+%typemap(in, numinputs=0) te_nccl_id *out (te_nccl_id temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
+%typemap(argout) te_nccl_id *out {
+  $result = SWIG_Python_AppendOutput($result,
+      PyBytes_FromStringAndSize(temp$argnum.internal, (Py_ssize_t)sizeof temp$argnum.internal));
+}
+%typemap(in) const te_nccl_id *id (te_nccl_id temp, Py_buffer pybuf) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (PyObject_GetBuffer($input, &pybuf, PyBUF_C_CONTIGUOUS) != 0) {
+      PyErr_Format(PyExc_TypeError, "argument 'id': expected bytes of length %d (a te_nccl_id), "
+                   "got %s", (int)sizeof temp.internal, Py_TYPE($input)->tp_name);
+      SWIG_fail;
+    }
+    if (pybuf.len != (Py_ssize_t)sizeof temp.internal) {
+      PyErr_Format(PyExc_ValueError, "argument 'id': expected %d bytes (a te_nccl_id), got %zd",
+                   (int)sizeof temp.internal, pybuf.len);
+      PyBuffer_Release(&pybuf);
+      SWIG_fail;
+    }
+    memcpy(temp.internal, pybuf.buf, sizeof temp.internal);
+    PyBuffer_Release(&pybuf);
+    $1 = &temp;
+  }
+}
+
+/* ---- calls that may block: without the GIL ------------------------------------------------------ */
+
+%define TE_ALLOW_THREADS(NAME)
+%exception NAME {
+  Py_BEGIN_ALLOW_THREADS
+  $action
+  Py_END_ALLOW_THREADS
+}
+%enddef
+TE_ALLOW_THREADS(te_context_synchronize)
+TE_ALLOW_THREADS(te_nccl_get_unique_id)
+TE_ALLOW_THREADS(te_group_create_nccl)
+TE_ALLOW_THREADS(te_group_init_nccl)
+TE_ALLOW_THREADS(te_group_init_nccl_with_options)
+TE_ALLOW_THREADS(te_group_abort)
+TE_ALLOW_THREADS(te_group_destroy)
+
 /* ---- te_tensor arguments: a proxy or a tuple, converted on the stack ------------------------- */
 
 %define TE_TENSOR_IN(TYPE)
@@ -272,6 +322,7 @@ TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
     return o;
   }
 }
+%extend te_group_nccl_options { te_group_nccl_options() { te_group_nccl_options *o = calloc(1, sizeof *o); te_group_nccl_options_init(o); return o; } }
 %extend te_autocast_options { te_autocast_options() { te_autocast_options *o = calloc(1, sizeof *o); te_autocast_options_init(o); return o; } }
 %extend te_linear_options { te_linear_options() { te_linear_options *o = calloc(1, sizeof *o); te_linear_options_init(o); return o; } }
 %extend te_linear_forward_args { te_linear_forward_args() { te_linear_forward_args *o = calloc(1, sizeof *o); te_linear_forward_args_init(o); return o; } }
@@ -324,7 +375,8 @@ PyObject *te_swig_set_error_factory(PyObject *factory) {
 size_t te_swig_sizeof(const char *name) {
 #define TE_SWIG_SIZE(T) if (strcmp(name, #T) == 0) return sizeof(T)
   TE_SWIG_SIZE(te_tensor); TE_SWIG_SIZE(te_context_options); TE_SWIG_SIZE(te_context_stats);
-  TE_SWIG_SIZE(te_recipe_options); TE_SWIG_SIZE(te_autocast_options);
+  TE_SWIG_SIZE(te_recipe_options); TE_SWIG_SIZE(te_nccl_id); TE_SWIG_SIZE(te_group_nccl_options);
+  TE_SWIG_SIZE(te_autocast_options);
   TE_SWIG_SIZE(te_autocast_state); TE_SWIG_SIZE(te_linear_options);
   TE_SWIG_SIZE(te_linear_forward_args); TE_SWIG_SIZE(te_linear_residuals);
   TE_SWIG_SIZE(te_linear_backward_args); TE_SWIG_SIZE(te_scaling_state_info);

@@ -18,7 +18,7 @@ from .autocast import AutocastState, autocast
 from .context import Context, ContextStats
 from .errors import (CublasError, CudaError, Error, InternalError, InvalidArgument,
                      InvalidState, NcclError, OutOfMemory, Unsupported)
-from .group import Group
+from .group import Group, nccl_unique_id
 from .linear import BackwardContext, Linear, Residuals, ScalingState
 from .ops import (activation_backward, activation_forward, amax, cast_transpose, dequantize,
                   gemm, quantize)
@@ -43,4 +43,5 @@ __all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextSta
            "InvalidArgument", "InvalidState", "Linear", "NcclError", "OutOfMemory", "Recipe",
            "Residuals", "ScalingState", "Unsupported", "activation_backward",
            "activation_forward", "amax", "autocast", "cast_transpose", "constants",
-           "dequantize", "gemm", "last_error", "library_path", "quantize", "version"]
+           "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id", "quantize",
+           "version"]

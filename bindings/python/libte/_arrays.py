@@ -36,6 +36,7 @@ _NAME_TO_TE = {
 
 _CAI_TYPESTR = {"<f4": C.DTYPE_F32, "<f2": C.DTYPE_F16}
 _CAI_BYTES = {"|u1", "<u1", "|i1", "<i1"}
+_CAI_VOID = {"<V2", "|V2"}
 
 
 def te_dtype(dtype, name="dtype"):
@@ -178,12 +179,21 @@ def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0):
     `stream` is the context's stream, handed to DLPack producers."""
     if isinstance(obj, np.ndarray):
         return Adapted(_from_numpy(obj, name, writable, fp8_dtype, None), obj, None, True)
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    has_dlpack = hasattr(obj, "__dlpack__")
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except (KeyError, TypeError):
+        if not has_dlpack:
+            raise
+        cai = None  # PyTorch before bfloat16's '<V2' raised KeyError for it: DLPack names it
     if cai is not None:
         if not isinstance(cai, dict):
             raise InvalidArgument("argument '%s': __cuda_array_interface__ is not a dict" % name)
-        return _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device)
-    if hasattr(obj, "__dlpack__"):
+        # A void typestr says nothing of the dtype (PyTorch's bfloat16 is '<V2'): where the
+        # object speaks DLPack too, that route names it.
+        if not (has_dlpack and cai.get("typestr") in _CAI_VOID):
+            return _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device)
+    if has_dlpack:
         imported = DLPackImport(obj, name, fp8_dtype, stream)
         if writable and imported.readonly:
             raise InvalidArgument("argument '%s': expected a writable tensor, the DLPack "

@@ -36,6 +36,7 @@ SCALING_BLOCK_128X128 = 2
 
 MAX_DIMS = 8
 AUTOCAST_MAX_DEPTH = 64
+NCCL_ID_BYTES = 128  # sizeof(te_nccl_id), as ncclUniqueId
 
 # te_recipe_kind
 RECIPE_DELAYED = 0

@@ -59,6 +59,14 @@ class te_recipe_options(Structure):
                 ("dgrad_split_accumulator", c_int32), ("wgrad_split_accumulator", c_int32)]
 
 
+class te_nccl_id(Structure):
+    _fields_ = [("internal", ctypes.c_char * C.NCCL_ID_BYTES)]
+
+
+class te_group_nccl_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("timeout_ms", c_int32)]
+
+
 class te_autocast_options(Structure):
     _fields_ = [("struct_size", c_size_t), ("enabled", c_int32), ("calibrating", c_int32),
                 ("recipe", c_void_p), ("group", c_void_p)]
@@ -106,7 +114,8 @@ class te_gemm_options(Structure):
 
 
 SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
-    te_tensor, te_context_options, te_context_stats, te_recipe_options, te_autocast_options,
+    te_tensor, te_context_options, te_context_stats, te_recipe_options, te_nccl_id,
+    te_group_nccl_options, te_autocast_options,
     te_autocast_state, te_linear_options, te_linear_forward_args, te_linear_residuals,
     te_linear_backward_args, te_scaling_state_info, te_quantize_options, te_gemm_options)}
 
@@ -143,6 +152,13 @@ _recipe_key = _fn("te_recipe_key", c_uint64, _P)
 _recipe_describe = _fn("te_recipe_describe", c_char_p, _P)
 _recipe_get_options = _fn("te_recipe_get_options", _S, _P, _P)
 _group_create_single = _fn("te_group_create_single", _S, _P)
+_group_create_nccl = _fn("te_group_create_nccl", _S, _P, _P)
+_nccl_get_unique_id = _fn("te_nccl_get_unique_id", _S, _P)
+_group_nccl_options_init = _fn("te_group_nccl_options_init", _S, _P)
+_group_init_nccl = _fn("te_group_init_nccl", _S, _P, c_int32, c_int32, _P)
+_group_init_nccl_with_options = _fn("te_group_init_nccl_with_options", _S, _P, c_int32, c_int32,
+                                    _P, _P)
+_group_abort = _fn("te_group_abort", _S, _P)
 _group_destroy = _fn("te_group_destroy", None, _P)
 _group_id = _fn("te_group_id", c_uint64, _P)
 _group_rank = _fn("te_group_rank", c_int32, _P)
@@ -365,6 +381,73 @@ def group_create_single():
     if st:
         _raise(st)
     return h.value
+
+
+def group_create_nccl(comm):
+    """A group borrowing the ncclComm_t at address `comm` (an int; 0 or None is NULL)."""
+    h = c_void_p()
+    st = _group_create_nccl(byref(h), comm or None)
+    if st:
+        _raise(st)
+    return h.value
+
+
+def _nccl_id(nccl_id):
+    """bytes-like of NCCL_ID_BYTES -> a te_nccl_id; None -> None (NULL)."""
+    if nccl_id is None:
+        return None
+    data = bytes(memoryview(nccl_id).cast("B"))
+    if len(data) != C.NCCL_ID_BYTES:
+        raise ValueError("te_nccl_id: expected %d bytes, got %d" % (C.NCCL_ID_BYTES, len(data)))
+    out = te_nccl_id()
+    ctypes.memmove(byref(out), data, C.NCCL_ID_BYTES)
+    return byref(out)
+
+
+def nccl_get_unique_id():
+    """A new NCCL unique id: bytes of length NCCL_ID_BYTES."""
+    out = te_nccl_id()
+    st = _nccl_get_unique_id(byref(out))
+    if st:
+        _raise(st)
+    return ctypes.string_at(byref(out), C.NCCL_ID_BYTES)
+
+
+def group_nccl_options_defaults():
+    """te_group_nccl_options_init as a dict: {'timeout_ms': ...}."""
+    o = te_group_nccl_options()
+    st = _group_nccl_options_init(byref(o))
+    if st:
+        _raise(st)
+    return {"timeout_ms": o.timeout_ms}
+
+
+def group_init_nccl(rank, nranks, nccl_id):
+    """te_group_init_nccl; nccl_id: bytes of length NCCL_ID_BYTES (None is NULL)."""
+    h = c_void_p()
+    st = _group_init_nccl(byref(h), rank, nranks, _nccl_id(nccl_id))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def group_init_nccl_with_options(rank, nranks, nccl_id, timeout_ms):
+    o = te_group_nccl_options()
+    st = _group_nccl_options_init(byref(o))
+    if st:
+        _raise(st)
+    o.timeout_ms = timeout_ms
+    h = c_void_p()
+    st = _group_init_nccl_with_options(byref(h), rank, nranks, _nccl_id(nccl_id), byref(o))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def group_abort(g):
+    st = _group_abort(g)
+    if st:
+        _raise(st)
 
 
 def group_destroy(g):

@@ -15,10 +15,10 @@ NAME = "swig"
 _te.te_swig_set_error_factory(error_for_status)
 
 SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
-    "te_tensor", "te_context_options", "te_context_stats", "te_recipe_options",
-    "te_autocast_options", "te_autocast_state", "te_linear_options", "te_linear_forward_args",
-    "te_linear_residuals", "te_linear_backward_args", "te_scaling_state_info",
-    "te_quantize_options", "te_gemm_options")}
+    "te_tensor", "te_context_options", "te_context_stats", "te_recipe_options", "te_nccl_id",
+    "te_group_nccl_options", "te_autocast_options", "te_autocast_state", "te_linear_options",
+    "te_linear_forward_args", "te_linear_residuals", "te_linear_backward_args",
+    "te_scaling_state_info", "te_quantize_options", "te_gemm_options")}
 
 version = _te.te_version
 version_string = _te.te_version_string
@@ -100,6 +100,37 @@ def recipe_get_options(r):
 
 group_create_single = _te.te_group_create_single
 group_destroy = _te.te_group_destroy
+group_abort = _te.te_group_abort
+nccl_get_unique_id = _te.te_nccl_get_unique_id  # bytes of length NCCL_ID_BYTES
+
+
+def group_create_nccl(comm):
+    return _te.te_group_create_nccl(comm or None)
+
+
+def _nccl_id(nccl_id):
+    """Checks the id here too (te.i's typemap would say the same), so both backends raise alike."""
+    if nccl_id is None:
+        return None
+    data = bytes(memoryview(nccl_id).cast("B"))
+    if len(data) != C.NCCL_ID_BYTES:
+        raise ValueError("te_nccl_id: expected %d bytes, got %d" % (C.NCCL_ID_BYTES, len(data)))
+    return data
+
+
+def group_nccl_options_defaults():
+    return {"timeout_ms": _te.te_group_nccl_options().timeout_ms}
+
+
+def group_init_nccl(rank, nranks, nccl_id):
+    return _te.te_group_init_nccl(rank, nranks, _nccl_id(nccl_id))
+
+
+def group_init_nccl_with_options(rank, nranks, nccl_id, timeout_ms):
+    o = _te.te_group_nccl_options()
+    o.timeout_ms = timeout_ms
+    return _te.te_group_init_nccl_with_options(rank, nranks, _nccl_id(nccl_id), o)
+
 group_id = _te.te_group_id
 group_rank = _te.te_group_rank
 group_size = _te.te_group_size

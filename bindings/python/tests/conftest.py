@@ -7,6 +7,10 @@ import pytest
 import libte
 
 
+# tests/gpu holds scripts for GPU machines, run by hand (nccl_two_ranks.py): never collected.
+collect_ignore = ["gpu"]
+
+
 def pytest_report_header(config):
     return "libte backend: %s, library: %s" % (libte.BACKEND, libte.library_path())
 

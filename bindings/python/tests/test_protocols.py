@@ -159,3 +159,31 @@ def test_dlpack_uint8_as_fp8(ctx):
     out = np.zeros((4, 4), np.float32)
     libte.dequantize(ctx, t, out)  # device-style inputs need an output
     np.testing.assert_array_equal(out, np.full((4, 4), 2.0))
+
+
+class FakeTorchBf16(FakeDLPack):
+    """As a PyTorch bfloat16 tensor: __cuda_array_interface__ cannot name the dtype (typestr
+    '<V2', or a KeyError in older PyTorch), DLPack can (kDLBfloat, 16 bits)."""
+
+    def __init__(self, array, cai_error=None):
+        super().__init__(array, code=4)
+        self.cai_error = cai_error
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.cai_error is not None:
+            raise self.cai_error
+        return dict(shape=self.array.shape, typestr="<V2", strides=None,
+                    data=(self.array.ctypes.data, False), version=2)
+
+
+@pytest.mark.parametrize("cai_error", [None, KeyError("torch.bfloat16")])
+def test_bfloat16_goes_through_dlpack(ctx, cai_error):
+    bits = np.full((4, 8), 0x4040, np.uint16)  # 3.0 in bfloat16
+    bits[1, 2] = 0xC0A0  # -5.0
+    producer = FakeTorchBf16(bits, cai_error)
+    out = np.zeros(1, np.float32)
+    libte.amax(ctx, producer, out)
+    assert out[0] == 5.0 and len(producer.calls) == 1
+    with pytest.raises(libte.InvalidArgument, match="typestr"):  # no DLPack: refused as before
+        adapt(FakeCudaArray(typestr="<V2"), "x")
