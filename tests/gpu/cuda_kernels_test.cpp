@@ -380,7 +380,7 @@ TEST_F(CudaKernels, DequantizeMatchesCpu) {
 TEST_F(CudaKernels, ScaleUpdateAndGatherMatchCpu) {
   std::mt19937 rng(500);
   const int lens[] = {1, 2, 31, 1024, 257};
-  for (int n_items : {1, 7, 200}) {  // 200: more than one launch's worth of items
+  for (int n_items : {1, 7, 200, 700}) {  // 200: the large launch; 700: more than one launch
     for (int with_reduced = 0; with_reduced < 2; ++with_reduced) {
       // All states in one block of memory per backend: [history | scale | scale_inv] each.
       std::vector<int> len(n_items), off(n_items);

@@ -1,7 +1,9 @@
 // Delayed-scaling maintenance: gather_amax (the current amax of every state into one packed
 // buffer for the all-reduce, when the states' amax slots are not one contiguous range) and scale_update (delayed_scale_update of numerics.cpp for every state).
-// The host-side items travel as kernel parameters, up to kItemsPerLaunch per launch, so that a
-// bucket's update is one launch, needs no staging copy and can be captured in a CUDA graph.
+// The host-side items travel as kernel parameters, so that a bucket's update is one launch, needs
+// no staging copy and can be captured in a CUDA graph: up to kSmallChunk items in a small
+// parameter block (most buckets), up to kLargeChunk in one near the 32 KiB limit (one launch for
+// buckets of up to 640 states; larger ones take several).
 // scale_update runs one thread block per state; the history roll is done in place, in chunks of
 // blockDim elements with a barrier between each chunk's reads and its writes.
 #include <cfloat>
@@ -14,7 +16,8 @@ namespace te::cuda {
 
 namespace {
 
-constexpr int kItemsPerLaunch = 128;  // 6 KiB of parameters: needs CUDA >= 12.1 (32 KiB limit)
+constexpr int kSmallChunk = 128;  // 6 KiB of parameters
+constexpr int kLargeChunk = 640;  // 30 KiB: needs CUDA >= 12.1 (a 32 KiB parameter limit)
 constexpr int kUpdateThreads = 256;
 
 struct UpdateItem {
@@ -28,17 +31,21 @@ struct UpdateItem {
   float fp8_max;
 };
 
+template <int N>
 struct UpdateChunk {
-  UpdateItem item[kItemsPerLaunch];
+  UpdateItem item[N];
 };
+static_assert(sizeof(UpdateChunk<kLargeChunk>) + sizeof(float *) <= 32764, "over CUDA's kernel parameter limit");
 
-__global__ void gather_amax_kernel(const __grid_constant__ UpdateChunk chunk, int n, float *packed) {
+template <int N>
+__global__ void gather_amax_kernel(const __grid_constant__ UpdateChunk<N> chunk, int n, float *packed) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) packed[i] = *chunk.item[i].amax;
 }
 
+template <int N>
 __global__ void __launch_bounds__(kUpdateThreads)
-    scale_update_kernel(const __grid_constant__ UpdateChunk chunk, const float *reduced_amax) {
+    scale_update_kernel(const __grid_constant__ UpdateChunk<N> chunk, const float *reduced_amax) {
   __shared__ uint32_t scratch[32];
   const UpdateItem &it = chunk.item[blockIdx.x];
   float *h = it.history;
@@ -79,8 +86,10 @@ __global__ void __launch_bounds__(kUpdateThreads)
   }
 }
 
-int fill_chunk(UpdateChunk &chunk, const ScaleUpdateItem *items, int n) {
-  const int count = n < kItemsPerLaunch ? n : kItemsPerLaunch;
+// Fills a chunk with the first min(n, N) items; returns how many.
+template <int N>
+int fill_chunk(UpdateChunk<N> &chunk, const ScaleUpdateItem *items, int n) {
+  const int count = n < N ? n : N;
   for (int i = 0; i < count; ++i) {
     const ScaleUpdateItem &s = items[i];
     chunk.item[i] = UpdateItem{s.history, s.amax, s.scale, s.scale_inv, s.len, s.margin, static_cast<int>(s.algo), s.fp8_max};
@@ -88,25 +97,40 @@ int fill_chunk(UpdateChunk &chunk, const ScaleUpdateItem *items, int n) {
   return count;
 }
 
+template <int N>
+int launch_gather(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
+  UpdateChunk<N> chunk;
+  const int count = fill_chunk(chunk, items, n);
+  gather_amax_kernel<N><<<1, N, 0, stream>>>(chunk, count, packed);
+  TE_CUDA_CHECK_LAUNCH();
+  return count;
+}
+
+template <int N>
+int launch_update(const ScaleUpdateItem *items, int n, const float *reduced_amax, cudaStream_t stream) {
+  UpdateChunk<N> chunk;
+  const int count = fill_chunk(chunk, items, n);
+  scale_update_kernel<N><<<count, kUpdateThreads, 0, stream>>>(chunk, reduced_amax);
+  TE_CUDA_CHECK_LAUNCH();
+  return count;
+}
+
 }  // namespace
 
 void gather_amax(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
-  UpdateChunk chunk;
   for (int done = 0; done < n;) {
-    const int count = fill_chunk(chunk, items + done, n - done);
-    gather_amax_kernel<<<1, kItemsPerLaunch, 0, stream>>>(chunk, count, packed + done);
-    TE_CUDA_CHECK_LAUNCH();
-    done += count;
+    const int left = n - done;
+    done += left <= kSmallChunk ? launch_gather<kSmallChunk>(items + done, left, packed + done, stream)
+                                : launch_gather<kLargeChunk>(items + done, left, packed + done, stream);
   }
 }
 
 void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax, cudaStream_t stream) {
-  UpdateChunk chunk;
   for (int done = 0; done < n;) {
-    const int count = fill_chunk(chunk, items + done, n - done);
-    scale_update_kernel<<<count, kUpdateThreads, 0, stream>>>(chunk, reduced_amax != nullptr ? reduced_amax + done : nullptr);
-    TE_CUDA_CHECK_LAUNCH();
-    done += count;
+    const int left = n - done;
+    const float *reduced = reduced_amax != nullptr ? reduced_amax + done : nullptr;
+    done += left <= kSmallChunk ? launch_update<kSmallChunk>(items + done, left, reduced, stream)
+                                : launch_update<kLargeChunk>(items + done, left, reduced, stream);
   }
 }
 

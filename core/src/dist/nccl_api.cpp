@@ -13,6 +13,7 @@ NcclApi::NcclApi() : lib_({"libnccl.so.2", "libnccl.so"}, "NCCL", "NCCL process 
   lib_.bind("ncclGetVersion", &get_version);
   lib_.bind("ncclGetUniqueId", &get_unique_id);
   lib_.bind("ncclCommInitRankConfig", &comm_init_rank_config);
+  lib_.bind("ncclCommFinalize", &comm_finalize);
   lib_.bind("ncclCommDestroy", &comm_destroy);
   lib_.bind("ncclCommAbort", &comm_abort);
   lib_.bind("ncclCommGetAsyncError", &comm_get_async_error);

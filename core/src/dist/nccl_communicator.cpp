@@ -48,19 +48,30 @@ void wait_ready(const NcclApi &api, ncclComm_t comm, const char *call, int64_t t
 // CUDA graph.
 class NcclCommunicator final : public Communicator {
  public:
+  static constexpr int64_t kFinalizeTimeoutMs = 30000;
+
   NcclCommunicator(const NcclApi &api, ncclComm_t comm, bool owned) : api_(api), comm_(comm), owned_(owned) {
     api_.check(api_.comm_cu_device(comm_, &device_), "ncclCommCuDevice", comm_);
   }
 
   ~NcclCommunicator() override {
     if (!owned_ || !comm_ || aborted_.load()) return;
-    ncclResult_t async = ncclSuccess;
-    // A communicator that errored (a peer died, a network failure) cannot be destroyed
-    // collectively: abort it, which never waits for the other ranks.
-    if (api_.comm_get_async_error(comm_, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
+    // Owned communicators are non-blocking: finalize (flushing its work) and wait for it, then
+    // destroy. One that errored (a peer died, a network failure), or does not finalize within
+    // kFinalizeTimeoutMs, is aborted instead, which never waits for the other ranks.
+    try {
+      ncclResult_t async = ncclSuccess;
+      api_.check(api_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError", comm_);
+      if (async != ncclInProgress) api_.check(async, "NCCL communicator (asynchronous error)", comm_);
+      else wait_ready(api_, comm_, "NCCL communicator (a pending operation)", kFinalizeTimeoutMs, 0, 0);
+      ncclResult_t r = api_.comm_finalize(comm_);
+      if (r != ncclInProgress) api_.check(r, "ncclCommFinalize", comm_);
+      wait_ready(api_, comm_, "ncclCommFinalize", kFinalizeTimeoutMs, 0, 0);
+    } catch (const Error &) {
       api_.comm_abort(comm_);
-    else
-      api_.comm_destroy(comm_);
+      return;
+    }
+    api_.comm_destroy(comm_);
   }
 
   void allreduce_max(float *buf, size_t count, Backend &backend) override {
