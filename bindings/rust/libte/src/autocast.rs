@@ -8,12 +8,16 @@ use libte_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check, Result};
+use crate::group::Group;
 use crate::recipe::Recipe;
 
 /// What an autocast scope does (`te_autocast_options`). Plain data: one value may open any
 /// number of (nested) scopes.
+///
+/// `'r` borrows the recipe only until the scope is open (the scope holds its own reference);
+/// `'g` borrows the group for as long as the scope is open (see [`Autocast::new`]).
 #[derive(Debug, Clone, Copy)]
-pub struct AutocastOptions<'r> {
+pub struct AutocastOptions<'r, 'g> {
     /// FP8 compute inside the scope. Default true.
     pub enabled: bool,
     /// High-precision compute with amaxes recorded. Default false.
@@ -21,21 +25,26 @@ pub struct AutocastOptions<'r> {
     /// The recipe; `None` = libte's default delayed-scaling recipe. The scope holds its own
     /// reference while it is open.
     pub recipe: Option<&'r Recipe>,
+    /// The process group the amaxes recorded in the scope are all-reduced over; `None` = the
+    /// implicit single-rank group. The scope borrows it (and the context keeps it alive for what
+    /// it reduces over the group after the scope, see [`Group`]).
+    pub group: Option<&'g Group>,
 }
 
-impl Default for AutocastOptions<'_> {
+impl Default for AutocastOptions<'_, '_> {
     fn default() -> Self {
         AutocastOptions {
             enabled: true,
             calibrating: false,
             recipe: None,
+            group: None,
         }
     }
 }
 
-impl<'r> AutocastOptions<'r> {
+impl<'r, 'g> AutocastOptions<'r, 'g> {
     /// FP8 compute with `recipe`.
-    pub fn fp8(recipe: &'r Recipe) -> AutocastOptions<'r> {
+    pub fn fp8(recipe: &'r Recipe) -> AutocastOptions<'r, 'g> {
         AutocastOptions {
             recipe: Some(recipe),
             ..Default::default()
@@ -43,10 +52,20 @@ impl<'r> AutocastOptions<'r> {
     }
 
     /// A disabled scope: high precision inside, e.g. to run the same code without FP8.
-    pub fn disabled() -> AutocastOptions<'r> {
+    pub fn disabled() -> AutocastOptions<'r, 'g> {
         AutocastOptions {
             enabled: false,
             ..Default::default()
+        }
+    }
+
+    /// With amaxes all-reduced over `group`.
+    pub fn group<'h>(self, group: &'h Group) -> AutocastOptions<'r, 'h> {
+        AutocastOptions {
+            enabled: self.enabled,
+            calibrating: self.calibrating,
+            recipe: self.recipe,
+            group: Some(group),
         }
     }
 
@@ -58,7 +77,7 @@ impl<'r> AutocastOptions<'r> {
         raw.enabled = self.enabled as i32;
         raw.calibrating = self.calibrating as i32;
         raw.recipe = self.recipe.map_or(ptr::null(), |r| r.as_ptr());
-        raw.group = ptr::null();
+        raw.group = self.group.map_or(ptr::null(), |g| g.as_ptr());
         raw
     }
 }
@@ -125,10 +144,17 @@ pub struct Autocast<'c> {
 
 impl<'c> Autocast<'c> {
     /// Opens a scope on `ctx`. Errors: `InvalidState` beyond 64 nested scopes.
-    pub fn new(ctx: &'c mut Context, opts: &AutocastOptions<'_>) -> Result<Autocast<'c>> {
+    ///
+    /// The guard borrows the options' group (`'c`), so the group cannot be dropped while the
+    /// scope is open; the context keeps it alive after that for as long as libte may reduce
+    /// over it.
+    pub fn new(ctx: &'c mut Context, opts: &AutocastOptions<'_, 'c>) -> Result<Autocast<'c>> {
         let raw = opts.to_raw();
         let mut token: sys::te_autocast_token = 0;
         check(unsafe { sys::te_autocast_begin(ctx.as_ptr(), &raw, &mut token) })?;
+        if let Some(group) = opts.group {
+            ctx.shared().use_group(group.handle());
+        }
         Ok(Autocast {
             ctx,
             token,
@@ -137,7 +163,7 @@ impl<'c> Autocast<'c> {
     }
 
     /// Opens a scope inside this one; it ends before this one can.
-    pub fn nested(&mut self, opts: &AutocastOptions<'_>) -> Result<Autocast<'_>> {
+    pub fn nested<'s>(&'s mut self, opts: &AutocastOptions<'_, 's>) -> Result<Autocast<'s>> {
         Autocast::new(&mut *self.ctx, opts)
     }
 
@@ -156,7 +182,11 @@ impl<'c> Autocast<'c> {
     /// `Drop` does the same and ignores the error. On an error libte leaves the scope as it was.
     pub fn end(mut self) -> Result<()> {
         self.open = false;
-        check(unsafe { sys::te_autocast_end(self.ctx.as_ptr(), self.token) })
+        let token = self.token;
+        check(
+            self.ctx
+                .reducing(|ctx| unsafe { sys::te_autocast_end(ctx, token) }),
+        )
     }
 }
 
@@ -173,7 +203,10 @@ impl Drop for Autocast<'_> {
         if self.open {
             // Innermost by construction; an error here can only come from the device, and
             // Drop has no way to report it (use `end` to see it).
-            let _ = unsafe { sys::te_autocast_end(self.ctx.as_ptr(), self.token) };
+            let token = self.token;
+            let _ = self
+                .ctx
+                .reducing(|ctx| unsafe { sys::te_autocast_end(ctx, token) });
         }
     }
 }

@@ -11,6 +11,7 @@ use libte_sys as sys;
 
 use crate::autocast::{Autocast, AutocastOptions, AutocastState};
 use crate::error::{check, Error, Result, Status};
+use crate::group::GroupHandle;
 use crate::tensor::{TensorView, TensorViewMut};
 
 /// A device a context runs on.
@@ -88,10 +89,15 @@ struct Graveyard {
 /// which the `Context` empties on its own thread at its next call or when it is dropped. Once
 /// the `Context` is gone nobody else calls into the `te_context`, and handles destroy
 /// themselves, one at a time under the graveyard's lock.
+///
+/// It also holds every group an autocast scope on the context used, by id: libte keeps
+/// pointers to them past the scope (see `GroupHandle`), so they are destroyed after the
+/// `te_context` (fields drop after `Drop::drop`).
 pub(crate) struct Shared {
     raw: NonNull<sys::te_context>,
     graveyard: Mutex<Graveyard>,
     pending: AtomicBool,
+    groups: Mutex<Vec<Arc<GroupHandle>>>,
 }
 
 // The raw context is only used by the one thread that has the `Context` (which is !Sync), or,
@@ -129,6 +135,18 @@ impl Shared {
         } else {
             unsafe { dead.destroy() };
         }
+    }
+
+    /// Keeps `group` alive as long as the `te_context` (a scope on it was opened with it).
+    pub(crate) fn use_group(&self, group: &Arc<GroupHandle>) {
+        let mut groups = self.lock_groups();
+        if let Err(at) = groups.binary_search_by_key(&group.id(), |g| g.id()) {
+            groups.insert(at, Arc::clone(group));
+        }
+    }
+
+    fn lock_groups(&self) -> MutexGuard<'_, Vec<Arc<GroupHandle>>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Destroys what was dropped since the last call. Only the `Context`'s thread calls this.
@@ -262,6 +280,7 @@ impl Context {
                 dead: Vec::new(),
             }),
             pending: AtomicBool::new(false),
+            groups: Mutex::new(Vec::new()),
         });
         let mut dev = sys::te_device::default();
         check(unsafe { sys::te_context_get_device(raw.as_ptr(), &mut dev) })?;
@@ -287,6 +306,18 @@ impl Context {
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Makes a libte call that may all-reduce amaxes over the groups this context's scopes used
+    /// (`te_autocast_end`, a forward, a backward, `te_autocast_flush_backward`), holding the
+    /// turn of each multi-rank one: NCCL communicators are not thread-safe, and
+    /// `te_group_abort` must not run meanwhile. Turns are taken in id order (the list is
+    /// sorted), the same in every context, so two contexts cannot deadlock.
+    pub(crate) fn reducing<T>(&self, call: impl FnOnce(*mut sys::te_context) -> T) -> T {
+        let raw = self.as_ptr();
+        let groups = self.shared.lock_groups();
+        let _turns: Vec<_> = groups.iter().filter_map(|g| g.lock_reductions()).collect();
+        call(raw)
     }
 
     /// The context's device.
@@ -324,7 +355,7 @@ impl Context {
     }
 
     /// Opens an autocast scope; same as [`Autocast::new`].
-    pub fn autocast(&mut self, opts: &AutocastOptions<'_>) -> Result<Autocast<'_>> {
+    pub fn autocast<'c>(&'c mut self, opts: &AutocastOptions<'_, 'c>) -> Result<Autocast<'c>> {
         Autocast::new(self, opts)
     }
 
@@ -335,7 +366,7 @@ impl Context {
 
     /// Reduces and updates every pending backward bucket now, oldest pass first.
     pub fn flush_backward(&self) -> Result<()> {
-        check(unsafe { sys::te_autocast_flush_backward(self.as_ptr()) })
+        check(self.reducing(|ctx| unsafe { sys::te_autocast_flush_backward(ctx) }))
     }
 
     /// `y = act(x)`, computed in fp32. x, y: F32, F16 or BF16, same dtype; y has x's shape

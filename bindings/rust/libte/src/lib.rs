@@ -6,6 +6,8 @@
 //!   scaling). `Send + Sync`; `Clone` is a cheap reference.
 //! * [`Autocast`]: an FP8 autocast scope; begins in `new`, ends in `Drop`. It borrows the
 //!   context mutably, so scopes nest correctly by construction.
+//! * [`Group`]: a process group that scopes all-reduce amaxes over: single-rank, or NCCL ranks
+//!   joined with an [`NcclId`]. `Send + Sync`.
 //! * [`Linear`]: an FP8 linear layer's state; `forward_compute` / `forward_save` / `forward`
 //!   give a [`BackwardCtx`] to run `backward` with.
 //! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`] or
@@ -53,6 +55,7 @@
 mod autocast;
 mod context;
 mod error;
+mod group;
 mod half;
 mod linear;
 mod recipe;
@@ -63,6 +66,7 @@ pub use libte_sys as sys;
 pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
 pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
 pub use crate::error::{Error, Result, Status};
+pub use crate::group::{nccl_unique_id, Group, NcclId, NCCL_ID_BYTES};
 pub use crate::half::{Bf16, F16};
 pub use crate::linear::{
     BackwardCtx, ForwardArgs, Linear, LinearOptions, Residuals, ScalingStateInfo, TensorRole,
@@ -119,6 +123,15 @@ pub const HEADER_VERSION: u32 = sys::TE_VERSION_NUMBER;
 /// let inner = outer.nested(&AutocastOptions::default()).unwrap();
 /// outer.end().unwrap();
 /// drop(inner);
+/// ```
+/// A scope borrows its process group, which cannot be dropped while the scope is open:
+/// ```compile_fail
+/// # use libte::*;
+/// let mut ctx = Context::cpu().unwrap();
+/// let group = Group::single().unwrap();
+/// let scope = Autocast::new(&mut ctx, &AutocastOptions::default().group(&group)).unwrap();
+/// drop(group);
+/// drop(scope);
 /// ```
 /// A backward context borrows the forward's inputs (a high-precision forward references x and
 /// W instead of copying them), so they cannot be freed or changed before it is dropped:

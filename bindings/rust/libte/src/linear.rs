@@ -214,15 +214,15 @@ impl Linear {
             struct_size: std::mem::size_of::<sys::te_linear_residuals>(),
             ..Default::default()
         };
-        check(unsafe {
+        check(ctx.reducing(|raw_ctx| unsafe {
             sys::te_linear_forward_compute(
-                ctx.as_ptr(),
+                raw_ctx,
                 self.raw.as_ptr(),
                 &raw_args,
                 y.as_raw_mut(),
                 &mut res,
             )
-        })?;
+        }))?;
         Ok(Residuals {
             raw: res,
             shared: Arc::clone(ctx.shared()),
@@ -259,15 +259,15 @@ impl Linear {
     ) -> Result<BackwardCtx<'a>> {
         let raw_args = args.c_args();
         let mut out = ptr::null_mut();
-        check(unsafe {
+        check(ctx.reducing(|raw_ctx| unsafe {
             sys::te_linear_forward(
-                ctx.as_ptr(),
+                raw_ctx,
                 self.raw.as_ptr(),
                 &raw_args,
                 y.as_raw_mut(),
                 &mut out,
             )
-        })?;
+        }))?;
         BackwardCtx::own(out, ctx)
     }
 
@@ -468,9 +468,9 @@ impl<'a> BackwardCtx<'a> {
         let _ = unsafe { sys::te_linear_backward_args_init(&mut args) };
         args.struct_size = std::mem::size_of::<sys::te_linear_backward_args>();
         args.flags = flags;
-        check(unsafe {
+        check(ctx.reducing(|raw_ctx| unsafe {
             sys::te_linear_backward(
-                ctx.as_ptr(),
+                raw_ctx,
                 self.raw.as_ptr(),
                 dy.as_raw(),
                 opt_mut(dx),
@@ -478,7 +478,7 @@ impl<'a> BackwardCtx<'a> {
                 opt_mut(db),
                 &args,
             )
-        })
+        }))
     }
 
     /// The raw handle, valid while `self` lives.

@@ -28,6 +28,7 @@ fn scopes_nest_and_report_state() {
                     enabled: false,
                     calibrating: true,
                     recipe: Some(&recipe),
+                    group: None,
                 };
                 let innermost = inner.nested(&cal).unwrap();
                 let state = innermost.autocast_state().unwrap();

@@ -15,6 +15,10 @@ fn send_and_sync_where_sound() {
     assert_send::<Residuals<'static>>();
     assert_send::<Recipe>();
     assert_send::<Error>();
+    // A group is shared with a watchdog thread that may abort it.
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Group>();
+    assert_send_sync::<NcclId>();
     // Not Sync (Context, Linear, BackwardCtx) and the autocast nesting rules are checked by
     // the compile_fail doctests in src/lib.rs (`compile_checks`).
 }
