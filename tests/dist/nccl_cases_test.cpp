@@ -24,8 +24,6 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -36,23 +34,18 @@
 #include <thread>
 #include <vector>
 
+#include "multi_rank.h"
+
 namespace {
+
+using multi_rank::g_failures;
+using multi_rank::g_rank;
+using multi_rank::share_bytes;
+using multi_rank::wait_child;
 
 constexpr int kTokens = 32, kDim = 32;
 constexpr int kHist = 8;  // amax_history_len of the delayed recipes here
 
-int g_rank = -1;
-int g_failures = 0;
-
-#define CHECK_TE(call)                                                                          \
-  do {                                                                                          \
-    te_status s_ = (call);                                                                      \
-    if (s_ != TE_SUCCESS) {                                                                     \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s: %s\n", g_rank, __FILE__, __LINE__, #call, \
-                   te_status_string(s_), te_last_error());                                      \
-      std::_Exit(s_ == TE_ERROR_UNSUPPORTED ? 77 : 1);                                          \
-    }                                                                                           \
-  } while (0)
 #define CHECK_CUDA(call)                                                                                \
   do {                                                                                                  \
     cudaError_t e_ = (call);                                                                            \
@@ -71,16 +64,6 @@ int g_failures = 0;
       std::_Exit(1);                                                                                    \
     }                                                                                                   \
   } while (0)
-#define EXPECT(cond, ...)                                                 \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "[rank %d] FAILED %s: ", g_rank, #cond);       \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-      ++g_failures;                                                       \
-    }                                                                     \
-  } while (0)
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -243,24 +226,6 @@ uint64_t reductions(te_context *ctx) {
   st.struct_size = sizeof st;
   CHECK_TE(te_context_get_stats(ctx, &st));
   return st.amax_reductions;
-}
-
-void share_id(const std::string &dir, const char *name, int rank, void *id, size_t bytes) {
-  const std::string path = dir + "/" + name;
-  if (rank == 0) {
-    const std::string tmp = path + ".tmp";
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f || std::fwrite(id, bytes, 1, f) != 1 || std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0)
-      std::_Exit(1);
-    return;
-  }
-  FILE *f = nullptr;
-  for (int i = 0; i < 6000 && !(f = std::fopen(path.c_str(), "rb")); ++i) usleep(10000);
-  if (!f || std::fread(id, bytes, 1, f) != 1) {
-    std::fprintf(stderr, "[rank %d] no %s from rank 0\n", rank, name);
-    std::_Exit(1);
-  }
-  std::fclose(f);
 }
 
 // ---- the cases ---------------------------------------------------------------------------
@@ -482,11 +447,11 @@ void case_abort(te_context *ctx, te_group *group, int rank, const std::string &d
     EXPECT(st.depth == 1, "abort: depth %d after the failed end", st.depth);
     te_linear_backward_ctx_destroy(bwd);
     int done = 1;
-    share_id(dir, "rank0_aborted", 0, &done, sizeof done);
+    share_bytes(dir, "rank0_aborted", &done, sizeof done);
   } else {
     // Alive but absent from rank 0's reduction until rank 0 is done; then the abort path here too.
     int done = 0;
-    share_id(dir, "rank0_aborted", rank, &done, sizeof done);
+    share_bytes(dir, "rank0_aborted", &done, sizeof done);
     EXPECT(te_group_abort(group) == TE_SUCCESS, "abort: %s", te_last_error());
   }
   EXPECT(te_group_abort(group) == TE_SUCCESS, "abort twice: %s", te_last_error());
@@ -512,12 +477,12 @@ int run_rank(int rank, int n, const std::string &dir) {
   // libte's own communicator, and the program's (for the borrowed case and the calibration).
   te_nccl_id tid;
   if (rank == 0) CHECK_TE(te_nccl_get_unique_id(&tid));
-  share_id(dir, "te_id", rank, &tid, sizeof tid);
+  share_bytes(dir, "te_id", &tid, sizeof tid);
   te_group *group = nullptr;
   CHECK_TE(te_group_init_nccl(&group, rank, n, &tid));
   ncclUniqueId pid;
   if (rank == 0) CHECK_NCCL(ncclGetUniqueId(&pid));
-  share_id(dir, "program_id", rank, &pid, sizeof pid);
+  share_bytes(dir, "program_id", &pid, sizeof pid);
   ncclComm_t comm;
   CHECK_NCCL(ncclCommInitRank(&comm, n, pid, rank));
 
@@ -537,14 +502,6 @@ int run_rank(int rank, int n, const std::string &dir) {
   CHECK_NCCL(ncclCommDestroy(comm));
   CHECK_CUDA(cudaStreamDestroy(stream));
   return g_failures ? 1 : 0;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return 1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  std::fprintf(stderr, "child %d killed by signal %d\n", int(pid), WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-  return 1;
 }
 
 std::vector<char> read_file(const std::string &path) {

@@ -17,34 +17,19 @@
 #include <string>
 #include <vector>
 
+#include "multi_rank.h"
+
 namespace {
+
+using multi_rank::g_failures;
+using multi_rank::g_rank;
+using multi_rank::share_bytes;
+using multi_rank::wait_child;
 
 constexpr int kRanks = 2;
 constexpr int kTokens = 32, kIn = 64, kHidden = 32, kOut = 32;
 constexpr int kPasses = 2;
 constexpr size_t kHistCap = 1024;  // the default amax_history_len: the whole history
-
-int g_rank = -1;
-
-#define CHECK_TE(call)                                                                         \
-  do {                                                                                         \
-    te_status s_ = (call);                                                                     \
-    if (s_ != TE_SUCCESS) {                                                                    \
-      std::fprintf(stderr, "[rank %d] %s failed: %s: %s\n", g_rank, #call, te_status_string(s_), \
-                   te_last_error());                                                           \
-      std::_Exit(s_ == TE_ERROR_UNSUPPORTED ? 77 : 1);                                         \
-    }                                                                                          \
-  } while (0)
-
-#define EXPECT(cond, ...)                                             \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "[rank %d] FAILED %s: ", g_rank, #cond);   \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-      ++failures;                                                     \
-    }                                                                 \
-  } while (0)
 
 te_tensor make_tensor(void *data, int64_t rows, int64_t cols) {
   te_tensor t;
@@ -78,25 +63,9 @@ struct StateDump {
 
 int run_rank(int rank, const std::string &dir) {
   g_rank = rank;
-  int failures = 0;
   te_nccl_id id;
-  const std::string id_path = dir + "/id";
-  if (rank == 0) {
-    CHECK_TE(te_nccl_get_unique_id(&id));
-    std::string tmp = id_path + ".tmp";
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f || std::fwrite(&id, sizeof id, 1, f) != 1) return 1;
-    std::fclose(f);
-    std::rename(tmp.c_str(), id_path.c_str());
-  } else {
-    FILE *f = nullptr;
-    for (int i = 0; i < 6000 && !(f = std::fopen(id_path.c_str(), "rb")); ++i) usleep(10000);
-    if (!f || std::fread(&id, sizeof id, 1, f) != 1) {
-      std::fprintf(stderr, "[rank %d] no NCCL id from rank 0\n", rank);
-      return 1;
-    }
-    std::fclose(f);
-  }
+  if (rank == 0) CHECK_TE(te_nccl_get_unique_id(&id));
+  share_bytes(dir, "id", &id, sizeof id);
 
   // CUDA_VISIBLE_DEVICES (set by the parent) leaves this rank's GPU as device 0, the current
   // device on which te_group_init_nccl makes the communicator.
@@ -222,15 +191,7 @@ int run_rank(int rank, const std::string &dir) {
   te_context_destroy(ctx);
   te_group_destroy(group);
   std::fflush(stdout);
-  return failures ? 1 : 0;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return 1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  std::fprintf(stderr, "child %d killed by signal %d\n", int(pid), WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-  return 1;
+  return g_failures ? 1 : 0;
 }
 
 }  // namespace
