@@ -21,6 +21,7 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32
                     c_size_t, c_uint32, c_uint64, c_void_p)
 
 from . import _constants as C
+from ._nccl_id import id_bytes
 from ._loader import load
 from .errors import error_for_status
 
@@ -394,11 +395,9 @@ def group_create_nccl(comm):
 
 def _nccl_id(nccl_id):
     """bytes-like of NCCL_ID_BYTES -> a te_nccl_id; None -> None (NULL)."""
-    if nccl_id is None:
+    data = id_bytes(nccl_id)
+    if data is None:
         return None
-    data = bytes(memoryview(nccl_id).cast("B"))
-    if len(data) != C.NCCL_ID_BYTES:
-        raise ValueError("te_nccl_id: expected %d bytes, got %d" % (C.NCCL_ID_BYTES, len(data)))
     out = te_nccl_id()
     ctypes.memmove(byref(out), data, C.NCCL_ID_BYTES)
     return byref(out)

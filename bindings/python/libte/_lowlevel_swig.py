@@ -8,6 +8,7 @@ registered below.
 
 from . import _constants as C
 from . import _te_swig as _te  # ImportError when not built: _lowlevel falls back to ctypes
+from ._nccl_id import id_bytes
 from .errors import error_for_status
 
 NAME = "swig"
@@ -108,14 +109,8 @@ def group_create_nccl(comm):
     return _te.te_group_create_nccl(comm or None)
 
 
-def _nccl_id(nccl_id):
-    """Checks the id here too (te.i's typemap would say the same), so both backends raise alike."""
-    if nccl_id is None:
-        return None
-    data = bytes(memoryview(nccl_id).cast("B"))
-    if len(data) != C.NCCL_ID_BYTES:
-        raise ValueError("te_nccl_id: expected %d bytes, got %d" % (C.NCCL_ID_BYTES, len(data)))
-    return data
+# Checked here too (te.i's typemap would say the same), so both backends raise alike.
+_nccl_id = id_bytes
 
 
 def group_nccl_options_defaults():
