@@ -19,8 +19,6 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,41 +29,17 @@
 #include <string>
 #include <vector>
 
+#include "multi_rank.h"  // tests/dist: checks, child wait, out-of-band files
+
 namespace {
+
+using multi_rank::g_rank;
+using multi_rank::share_bytes;
+using multi_rank::wait_child;
 
 constexpr int kLayers = 48;
 constexpr int kDim = 16;  // tokens = in = out
 constexpr int kBareCount = 144;
-
-int g_rank = -1;
-
-#define CHECK_TE(call)                                                                                \
-  do {                                                                                                \
-    te_status s_ = (call);                                                                            \
-    if (s_ != TE_SUCCESS) {                                                                           \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s: %s\n", g_rank, __FILE__, __LINE__, #call, \
-                   te_status_string(s_), te_last_error());                                            \
-      std::_Exit(2);                                                                                  \
-    }                                                                                                 \
-  } while (0)
-#define CHECK_CUDA(call)                                                                              \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", g_rank, __FILE__, __LINE__, #call,     \
-                   cudaGetErrorString(e_));                                                           \
-      std::_Exit(2);                                                                                  \
-    }                                                                                                 \
-  } while (0)
-#define CHECK_NCCL(call)                                                                              \
-  do {                                                                                                \
-    ncclResult_t r_ = (call);                                                                         \
-    if (r_ != ncclSuccess) {                                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", g_rank, __FILE__, __LINE__, #call,     \
-                   ncclGetErrorString(r_));                                                           \
-      std::_Exit(2);                                                                                  \
-    }                                                                                                 \
-  } while (0)
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -125,20 +99,8 @@ int run_rank(int rank, int nranks, const std::string &dir, int reps, int steps) 
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   ncclUniqueId id;
-  const std::string id_path = dir + "/nccl_id";
-  if (rank == 0) {
-    CHECK_NCCL(ncclGetUniqueId(&id));
-    std::string tmp = id_path + ".tmp";
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f || std::fwrite(&id, sizeof id, 1, f) != 1 || std::fclose(f) != 0 ||
-        std::rename(tmp.c_str(), id_path.c_str()) != 0)
-      return 2;
-  } else {
-    FILE *f = nullptr;
-    for (int i = 0; i < 6000 && !(f = std::fopen(id_path.c_str(), "rb")); ++i) usleep(10000);
-    if (!f || std::fread(&id, sizeof id, 1, f) != 1) return 2;
-    std::fclose(f);
-  }
+  if (rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
+  share_bytes(dir, "nccl_id", &id, sizeof id);
   ncclComm_t comm;
   CHECK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
 
@@ -312,14 +274,6 @@ int run_rank(int rank, int nranks, const std::string &dir, int reps, int steps) 
   CHECK_NCCL(ncclCommDestroy(comm));
   CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return 2;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  std::fprintf(stderr, "child %d killed by signal %d\n", int(pid), WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-  return 2;
 }
 
 }  // namespace

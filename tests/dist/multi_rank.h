@@ -1,5 +1,5 @@
-// What the multi-GPU tests share: one process per rank forked from a parent that never touches
-// CUDA, checks that end the rank with a message naming it, a count of failed expectations, and
+// What the multi-GPU programs (tests/dist, bench/nccl_overhead.cpp) share: one process per rank
+// forked from a parent that never touches CUDA, checks that end the rank with a message naming it, a count of failed expectations, and
 // small files in a per-run directory for what the ranks exchange out of band (NCCL ids, dumps).
 #pragma once
 
@@ -58,6 +58,26 @@ inline void share_bytes(const std::string &dir, const char *name, void *data, si
       std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s: %s\n", multi_rank::g_rank, __FILE__, __LINE__, \
                    #call, te_status_string(s_), te_last_error());                                         \
       std::_Exit(s_ == TE_ERROR_UNSUPPORTED ? 77 : 1);                                                    \
+    }                                                                                                     \
+  } while (0)
+
+// The same for CUDA and NCCL calls (for programs that include their headers).
+#define CHECK_CUDA(call)                                                                                  \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
+    if (e_ != cudaSuccess) {                                                                              \
+      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", multi_rank::g_rank, __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                                                               \
+      std::_Exit(1);                                                                                      \
+    }                                                                                                     \
+  } while (0)
+#define CHECK_NCCL(call)                                                                                  \
+  do {                                                                                                    \
+    ncclResult_t r_ = (call);                                                                             \
+    if (r_ != ncclSuccess) {                                                                              \
+      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", multi_rank::g_rank, __FILE__, __LINE__, #call, \
+                   ncclGetErrorString(r_));                                                               \
+      std::_Exit(1);                                                                                      \
     }                                                                                                     \
   } while (0)
 

@@ -46,24 +46,6 @@ using multi_rank::wait_child;
 constexpr int kTokens = 32, kDim = 32;
 constexpr int kHist = 8;  // amax_history_len of the delayed recipes here
 
-#define CHECK_CUDA(call)                                                                                \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", g_rank, __FILE__, __LINE__, #call,       \
-                   cudaGetErrorString(e_));                                                             \
-      std::_Exit(1);                                                                                    \
-    }                                                                                                   \
-  } while (0)
-#define CHECK_NCCL(call)                                                                                \
-  do {                                                                                                  \
-    ncclResult_t r_ = (call);                                                                           \
-    if (r_ != ncclSuccess) {                                                                            \
-      std::fprintf(stderr, "[rank %d] %s:%d %s failed: %s\n", g_rank, __FILE__, __LINE__, #call,       \
-                   ncclGetErrorString(r_));                                                             \
-      std::_Exit(1);                                                                                    \
-    }                                                                                                   \
-  } while (0)
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
