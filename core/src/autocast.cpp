@@ -109,7 +109,6 @@ void Autocast::update_bucket(Bucket &b) {
       be_.gather_amax(items_.data(), n, packed_amax_.floats());
       b.group->allreduce_max(packed_amax_.floats(), items_.size(), be_);
       reduced = packed_amax_.floats();
-      ++stats_.amax_gathers;
     }
     ++stats_.amax_reductions;
   }

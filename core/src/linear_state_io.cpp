@@ -106,8 +106,8 @@ void linear_state_load(Context &ctx, Linear &lin, const void *buf, size_t size) 
   if (r.p != r.end)
     fail(Status::InvalidArgument, "argument 'size': %zu bytes follow the state", static_cast<size_t>(r.end - r.p));
   for (int i = 0; i < 3; ++i)
-    L.state(kRoles[i]).assign(ctx.backend(), ctx.amax_slots(), parsed[i].len, parsed[i].dtype, parsed[i].scale, parsed[i].scale_inv,
-                              parsed[i].history.data());
+    L.state(kRoles[i]).assign(ctx.backend(), ctx.amax_slots(), parsed[i].len, parsed[i].dtype, parsed[i].scale,
+                              parsed[i].scale_inv, parsed[i].history.data());
   // The cached FP8 weight was quantized with the old scale.
   L.weight_cache.reset();
 }

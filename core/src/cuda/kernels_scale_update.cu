@@ -1,5 +1,6 @@
 // Delayed-scaling maintenance: gather_amax (the current amax of every state into one packed
-// buffer for the all-reduce, when the states' amax slots are not one contiguous range) and scale_update (delayed_scale_update of numerics.cpp for every state).
+// buffer for the all-reduce, when the states' amax slots are not one contiguous range) and
+// scale_update (delayed_scale_update of numerics.cpp for every state).
 // The host-side items travel as kernel parameters, so that a bucket's update is one launch, needs
 // no staging copy and can be captured in a CUDA graph: up to kSmallChunk items in a small
 // parameter block (most buckets), up to kLargeChunk in one near the 32 KiB limit (one launch for

@@ -23,22 +23,21 @@ static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "te_nccl_id must hold an ncc
 
 namespace {
 
-// Polls a non-blocking communicator until its pending operation is done (ncclInProgress ends).
-// Throws te::Error(Nccl) with NCCL's message when it failed, or when timeout_ms (0: no limit)
-// passes first; the caller decides what to do with the communicator then.
-void wait_ready(const NcclApi &api, ncclComm_t comm, const char *call, int64_t timeout_ms, int rank, int nranks) {
+// Polls the communicator until no operation of it is pending (ncclInProgress, which only
+// non-blocking communicators report, has ended). Throws te::Error(Nccl) with NCCL's message,
+// naming `call`, when the communicator is in error; returns false when timeout_ms (0: no limit)
+// passes first, leaving the communicator to the caller.
+bool wait_ready(const NcclApi &api, ncclComm_t comm, const char *call, int64_t timeout_ms) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     ncclResult_t state = ncclSuccess;
     api.check(api.comm_get_async_error(comm, &state), "ncclCommGetAsyncError", comm);
     if (state != ncclInProgress) {
       api.check(state, call, comm);
-      return;
+      return true;
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (timeout_ms > 0 && waited.count() >= timeout_ms)
-      fail(Status::Nccl, "%s did not complete within %lld ms (rank %d of %d): did every rank call "
-           "te_group_init_nccl with the same id and nranks?", call, static_cast<long long>(timeout_ms), rank, nranks);
+    if (timeout_ms > 0 && waited.count() >= timeout_ms) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -59,19 +58,17 @@ class NcclCommunicator final : public Communicator {
     // Owned communicators are non-blocking: finalize (flushing its work) and wait for it, then
     // destroy. One that errored (a peer died, a network failure), or does not finalize within
     // kFinalizeTimeoutMs, is aborted instead, which never waits for the other ranks.
+    bool finalized = false;
     try {
-      ncclResult_t async = ncclSuccess;
-      api_.check(api_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError", comm_);
-      if (async != ncclInProgress) api_.check(async, "NCCL communicator (asynchronous error)", comm_);
-      else wait_ready(api_, comm_, "NCCL communicator (a pending operation)", kFinalizeTimeoutMs, 0, 0);
-      ncclResult_t r = api_.comm_finalize(comm_);
-      if (r != ncclInProgress) api_.check(r, "ncclCommFinalize", comm_);
-      wait_ready(api_, comm_, "ncclCommFinalize", kFinalizeTimeoutMs, 0, 0);
-    } catch (const Error &) {
-      api_.comm_abort(comm_);
-      return;
+      if (wait_ready(api_, comm_, "NCCL communicator", kFinalizeTimeoutMs)) {
+        ncclResult_t r = api_.comm_finalize(comm_);
+        if (r != ncclInProgress) api_.check(r, "ncclCommFinalize", comm_);
+        finalized = wait_ready(api_, comm_, "ncclCommFinalize", kFinalizeTimeoutMs);
+      }
+    } catch (const Error &) {  // in error: aborted below
     }
-    api_.comm_destroy(comm_);
+    if (finalized) api_.comm_destroy(comm_);
+    else api_.comm_abort(comm_);
   }
 
   void allreduce_max(float *buf, size_t count, Backend &backend) override {
@@ -85,10 +82,7 @@ class NcclCommunicator final : public Communicator {
       fail(Status::InvalidArgument, "the NCCL group's communicator is on CUDA device %d, the context on device %d",
            device_, dev.index);
     // A communicator already in error fails here, with NCCL's message, rather than hanging.
-    ncclResult_t async = ncclSuccess;
-    api_.check(api_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError", comm_);
-    if (async != ncclInProgress) api_.check(async, "NCCL communicator (asynchronous error)", comm_);
-    else wait_ready(api_, comm_, "NCCL communicator (a pending operation)", 0, 0, 0);
+    wait_ready(api_, comm_, "NCCL communicator (asynchronous error)", 0);
     int previous = 0;
     TE_CUDA_CHECK(cudaGetDevice(&previous));
     if (previous != device_) TE_CUDA_CHECK(cudaSetDevice(device_));
@@ -97,7 +91,7 @@ class NcclCommunicator final : public Communicator {
     if (previous != device_) cudaSetDevice(previous);
     // A non-blocking communicator may still be enqueueing: it is done within microseconds, and
     // NCCL wants it finished before the next call on the communicator.
-    if (r == ncclInProgress) wait_ready(api_, comm_, "ncclAllReduce", 0, 0, 0);
+    if (r == ncclInProgress) wait_ready(api_, comm_, "ncclAllReduce", 0);
     else api_.check(r, "ncclAllReduce", comm_);
   }
 
@@ -163,7 +157,9 @@ std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id, int
   }
   std::unique_ptr<Communicator> c;
   try {
-    wait_ready(api, comm, "ncclCommInitRankConfig", timeout_ms, rank, nranks);
+    if (!wait_ready(api, comm, "ncclCommInitRankConfig", timeout_ms))
+      fail(Status::Nccl, "ncclCommInitRankConfig did not complete within %lld ms (rank %d of %d): did every rank "
+           "call te_group_init_nccl with the same id and nranks?", static_cast<long long>(timeout_ms), rank, nranks);
     c = std::make_unique<NcclCommunicator>(api, comm, /*owned=*/true);
   } catch (...) {
     api.comm_abort(comm);

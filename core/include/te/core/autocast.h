@@ -28,7 +28,6 @@ struct AutocastStats {
   uint64_t scopes_closed = 0;
   uint64_t bucket_updates = 0;
   uint64_t amax_reductions = 0;
-  uint64_t amax_gathers = 0;  // reductions whose bucket's amax slots were not one range
   uint64_t states_updated = 0;
 };
 

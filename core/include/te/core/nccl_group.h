@@ -28,8 +28,8 @@ std::unique_ptr<Group> nccl_group_borrow(void *comm);
 // Joins `nranks` ranks into a new communicator on the calling thread's current CUDA device
 // (collective: every rank calls it, as ncclCommInitRank). The communicator is non-blocking:
 // when the ranks have not all joined within timeout_ms (0: no limit) it is aborted and this
-// throws te::Error(Nccl). The group owns the communicator: destroying the group destroys it
-// (aborts it when NCCL reported an asynchronous error).
+// throws te::Error(Nccl). The group owns the communicator: destroying the group finalizes and
+// destroys it (aborts it when NCCL reported an error or finalizing takes over 30 s).
 std::unique_ptr<Group> nccl_group_init(int rank, int nranks, const void *id, int64_t timeout_ms);
 
 }  // namespace te::dist
