@@ -38,7 +38,7 @@ TE_API te_status te_autocast_get_state(const te_context *ctx, te_autocast_state 
     const AutocastScope *s = c->autocast().innermost();
     out->enabled = s ? s->enabled : 0;
     out->calibrating = s ? s->calibrating : 0;
-    out->recipe = s ? reinterpret_cast<const te_recipe *>(s->recipe) : nullptr;
+    out->recipe = s ? s->recipe->as_public<const te_recipe>() : nullptr;
     out->depth = c->autocast().depth();
   });
 }

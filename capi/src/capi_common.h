@@ -42,15 +42,23 @@ te_status guarded(const char *function, F &&body) noexcept {
 
 const char *handle_kind_name(HandleKind k);
 
-// The handle behind `h`, checked for NULL and for its type tag.
+// The live object behind the public handle `h` when it is one of `kind`; otherwise throws
+// InvalidArgument saying whether `h` was NULL, destroyed, of another type or no handle at all.
+[[noreturn]] void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const char *name);
 template <class T>
 T *from_handle(const void *h, HandleKind kind, const char *name) {
-  if (!h) fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got NULL", name, handle_kind_name(kind));
-  HandleKind got = static_cast<const Handle *>(h)->handle_kind;
-  if (got != kind)
-    fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got a %s", name, handle_kind_name(kind),
-         handle_kind_name(got));
-  return static_cast<T *>(const_cast<Handle *>(static_cast<const Handle *>(h)));
+  HandleFault fault;
+  HandleKind actual = HandleKind::Dead;
+  Handle *obj = resolve_handle(h, kind, &fault, &actual);
+  if (!obj) bad_handle(fault, kind, actual, name);
+  return static_cast<T *>(obj);
+}
+// For destructors and getters that cannot fail: the object, or nullptr for anything else.
+template <class T>
+T *live_or_null(const void *h, HandleKind kind) {
+  HandleFault fault;
+  HandleKind actual;
+  return static_cast<T *>(resolve_handle(h, kind, &fault, &actual));
 }
 
 inline Context *to_context(const te_context *h, const char *name = "ctx") {

@@ -29,13 +29,17 @@ TE_API te_status te_context_create(te_context **out, const te_context_options *o
       check_bool(opts->use_default_device, "opts->use_default_device");
       if (!opts->use_default_device) device = to_device(opts->device, "opts->device");
     }
-    *out = reinterpret_cast<te_context *>(new Context(device));
+    *out = (new Context(device))->as_public<te_context>();
   });
 }
 
 TE_API void te_context_destroy(te_context *ctx) {
-  if (!ctx || reinterpret_cast<Handle *>(ctx)->handle_kind != HandleKind::Context) return;
-  delete reinterpret_cast<Context *>(ctx);
+  // The handle dies now; the context lives on while a layer, residuals or backward context made
+  // with it is alive (those can still be destroyed, but no call can name the context again).
+  Context *c = live_or_null<Context>(ctx, HandleKind::Context);
+  if (!c) return;
+  c->retire();
+  c->release();
 }
 
 TE_API te_status te_context_get_device(const te_context *ctx, te_device *out) {

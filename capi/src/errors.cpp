@@ -25,9 +25,27 @@ const char *handle_kind_name(HandleKind k) {
     case HandleKind::Group: return "te_group";
     case HandleKind::Linear: return "te_linear";
     case HandleKind::BackwardCtx: return "te_linear_backward_ctx";
+    case HandleKind::Residuals: return "te_linear_residuals";
     case HandleKind::Dead: return "destroyed handle";
   }
   return "handle of unknown type";
+}
+
+void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const char *name) {
+  const char *want = handle_kind_name(kind);
+  switch (fault) {
+    case HandleFault::Null:
+      fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got NULL", name, want);
+    case HandleFault::Destroyed:
+      fail(Status::InvalidArgument, "argument '%s': expected a live %s handle, got one that was destroyed "
+           "(or released)", name, want);
+    case HandleFault::WrongKind:
+      fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got a %s", name, want,
+           handle_kind_name(actual));
+    default:
+      fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got a value that is not a libte handle",
+           name, want);
+  }
 }
 
 void check_struct(const void *p, size_t struct_size, size_t expected, const char *name) {

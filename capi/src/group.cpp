@@ -28,7 +28,7 @@ void init_nccl(te_group **out, int32_t rank, int32_t nranks, const te_nccl_id *i
       fail(Status::InvalidArgument, "argument 'opts->timeout_ms': expected >= 0 (0: no limit), got %d", opts->timeout_ms);
     timeout_ms = opts->timeout_ms;
   }
-  *out = reinterpret_cast<te_group *>(te::dist::nccl_group_init(rank, nranks, id->internal, timeout_ms).release());
+  *out = te::dist::nccl_group_init(rank, nranks, id->internal, timeout_ms).release()->as_public<te_group>();
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ extern "C" {
 TE_API te_status te_group_create_single(te_group **out) {
   return guarded(__func__, [&] {
     check_not_null(out, "out");
-    *out = reinterpret_cast<te_group *>(new Group(0, 1, nullptr));
+    *out = (new Group(0, 1, nullptr))->as_public<te_group>();
   });
 }
 
@@ -46,7 +46,7 @@ TE_API te_status te_group_create_nccl(te_group **out, void *nccl_comm) {
   return guarded(__func__, [&] {
     check_not_null(out, "out");
     check_not_null(nccl_comm, "nccl_comm");
-    *out = reinterpret_cast<te_group *>(te::dist::nccl_group_borrow(nccl_comm).release());
+    *out = te::dist::nccl_group_borrow(nccl_comm).release()->as_public<te_group>();
   });
 }
 
@@ -82,22 +82,26 @@ TE_API te_status te_group_abort(te_group *g) {
 }
 
 TE_API void te_group_destroy(te_group *g) {
-  if (g && reinterpret_cast<Handle *>(g)->handle_kind == HandleKind::Group) delete reinterpret_cast<Group *>(g);
+  // The handle dies now; the group itself lives on while a scope, bucket or saved forward uses it.
+  if (Group *grp = live_or_null<Group>(g, HandleKind::Group)) {
+    grp->retire();
+    grp->release();
+  }
 }
 
 TE_API uint64_t te_group_id(const te_group *g) {
-  if (!g || reinterpret_cast<const Handle *>(g)->handle_kind != HandleKind::Group) return 0;
-  return reinterpret_cast<const Group *>(g)->id();
+  const Group *grp = live_or_null<Group>(g, HandleKind::Group);
+  return grp ? grp->id() : 0;
 }
 
 TE_API int32_t te_group_rank(const te_group *g) {
-  if (!g || reinterpret_cast<const Handle *>(g)->handle_kind != HandleKind::Group) return 0;
-  return reinterpret_cast<const Group *>(g)->rank();
+  const Group *grp = live_or_null<Group>(g, HandleKind::Group);
+  return grp ? grp->rank() : 0;
 }
 
 TE_API int32_t te_group_size(const te_group *g) {
-  if (!g || reinterpret_cast<const Handle *>(g)->handle_kind != HandleKind::Group) return 1;
-  return reinterpret_cast<const Group *>(g)->size();
+  const Group *grp = live_or_null<Group>(g, HandleKind::Group);
+  return grp ? grp->size() : 1;
 }
 
 }  // extern "C"

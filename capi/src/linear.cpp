@@ -38,12 +38,18 @@ void check_same_context(const Context *c, const Linear *lin) {
     fail(Status::InvalidArgument, "argument 'lin': created with another te_context than 'ctx'");
 }
 
+// The residuals a struct names. `internal` is a handle, so a struct whose residuals were saved or
+// released — or a by-value copy of one — names nothing any more.
 LinearSaved *saved_of(te_linear_residuals *r, const char *name) {
   check_options(r, name);
-  auto *s = static_cast<LinearSaved *>(r->internal);
-  if (!s) fail(Status::InvalidArgument, "argument '%s': holds no residuals (already saved or released)", name);
-  if (s->magic != LinearSaved::kMagic)
-    fail(Status::InvalidArgument, "argument '%s': 'internal' was not filled by te_linear_forward_compute", name);
+  if (!r->internal) fail(Status::InvalidArgument, "argument '%s': holds no residuals (already saved or released)", name);
+  HandleFault fault;
+  HandleKind actual;
+  auto *s = static_cast<LinearSaved *>(resolve_handle(r->internal, HandleKind::Residuals, &fault, &actual));
+  if (!s && fault == HandleFault::Destroyed)
+    fail(Status::InvalidArgument, "argument '%s': its residuals were already saved or released (a copy of a "
+         "te_linear_residuals struct does not own them)", name);
+  if (!s) fail(Status::InvalidArgument, "argument '%s': 'internal' was not filled by te_linear_forward_compute", name);
   return s;
 }
 
@@ -90,12 +96,12 @@ TE_API te_status te_linear_create(te_linear **out, te_context *ctx, const te_lin
     o.bias = opts->bias;
     o.activation_dtype = static_cast<DType>(act);
     o.fuse_wgrad_accumulation = opts->fuse_wgrad_accumulation;
-    *out = reinterpret_cast<te_linear *>(new Linear(*c, o));
+    *out = (new Linear(*c, o))->as_public<te_linear>();
   });
 }
 
 TE_API void te_linear_destroy(te_linear *lin) {
-  if (lin && reinterpret_cast<Handle *>(lin)->handle_kind == HandleKind::Linear) delete reinterpret_cast<Linear *>(lin);
+  delete live_or_null<Linear>(lin, HandleKind::Linear);
 }
 
 TE_API te_status te_linear_forward_args_init(te_linear_forward_args *args) {
@@ -116,16 +122,18 @@ TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin, cons
     residuals->input_t = to_c_tensor(in_t);
     residuals->weight_t = to_c_tensor(w_t);
     residuals->fp8 = saved->fp8;
-    residuals->internal = saved.release();
+    residuals->internal = saved.release()->as_public<void>();
   });
 }
 
 TE_API void te_linear_residuals_release(te_linear_residuals *residuals) {
-  if (!residuals || !residuals->internal) return;
-  auto *s = static_cast<LinearSaved *>(residuals->internal);
-  if (s->magic != LinearSaved::kMagic) return;
-  s->pool->release(s);
-  residuals->internal = nullptr;
+  if (!residuals) return;
+  // A struct whose residuals are gone (saved, released, or owned by the struct it was copied
+  // from and released there) is left as it is.
+  if (auto *s = live_or_null<LinearSaved>(residuals->internal, HandleKind::Residuals)) {
+    s->pool->release(s);
+    residuals->internal = nullptr;
+  }
 }
 
 TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin, te_linear_residuals *residuals,
@@ -138,9 +146,10 @@ TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin, te_line
     LinearSaved *s = saved_of(residuals, "residuals");
     if (s->layer != l->core()) fail(Status::InvalidArgument, "argument 'residuals': made by another te_linear than 'lin'");
     LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);  // may throw: nothing moved yet
+    s->retire();  // the struct (and every copy of it) no longer names the residuals
     b->saved = SavedPtr(s);
     residuals->internal = nullptr;
-    *out = reinterpret_cast<te_linear_backward_ctx *>(b);
+    *out = b->as_public<te_linear_backward_ctx>();
   });
 }
 
@@ -153,11 +162,12 @@ TE_API te_status te_linear_forward(te_context *ctx, te_linear *lin, const te_lin
     LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);
     try {
       forward_compute(ctx, lin, args, y, b->saved, nullptr, nullptr);
+      b->saved->retire();  // owned by the backward context: no residuals handle names it
     } catch (...) {
       c->linear_pool().release(b);
       throw;
     }
-    *out = reinterpret_cast<te_linear_backward_ctx *>(b);
+    *out = b->as_public<te_linear_backward_ctx>();
   });
 }
 
@@ -174,7 +184,7 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
     LinearBackwardCtx *b = to_backward_ctx(bwd);
-    if (b->ctx != c)
+    if (b->ctx.get() != c)
       fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
     LinearBackwardArgs a;
     if (args) {
@@ -192,9 +202,7 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
 }
 
 TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd) {
-  if (!bwd || reinterpret_cast<Handle *>(bwd)->handle_kind != HandleKind::BackwardCtx) return;
-  auto *b = reinterpret_cast<LinearBackwardCtx *>(bwd);
-  b->ctx->linear_pool().release(b);
+  if (auto *b = live_or_null<LinearBackwardCtx>(bwd, HandleKind::BackwardCtx)) b->ctx->linear_pool().release(b);
 }
 
 TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,

@@ -78,27 +78,29 @@ TE_API te_status te_recipe_create(te_recipe **out, const te_recipe_options *opts
       check_options(opts, "opts");
       r = to_core(*opts);
     }
-    *out = reinterpret_cast<te_recipe *>(Recipe::create(r));
+    *out = Recipe::create(r)->as_public<te_recipe>();
   });
 }
 
 TE_API te_recipe *te_recipe_retain(te_recipe *r) {
-  if (r && reinterpret_cast<Handle *>(r)->handle_kind == HandleKind::Recipe) reinterpret_cast<Recipe *>(r)->retain();
+  Recipe *rec = live_or_null<Recipe>(r, HandleKind::Recipe);
+  if (!rec) return nullptr;
+  rec->retain();
   return r;
 }
 
 TE_API void te_recipe_release(te_recipe *r) {
-  if (r && reinterpret_cast<Handle *>(r)->handle_kind == HandleKind::Recipe) reinterpret_cast<Recipe *>(r)->release();
+  if (Recipe *rec = live_or_null<Recipe>(r, HandleKind::Recipe)) rec->release();
 }
 
 TE_API uint64_t te_recipe_key(const te_recipe *r) {
-  if (!r || reinterpret_cast<const Handle *>(r)->handle_kind != HandleKind::Recipe) return 0;
-  return reinterpret_cast<const Recipe *>(r)->key();
+  const Recipe *rec = live_or_null<Recipe>(r, HandleKind::Recipe);
+  return rec ? rec->key() : 0;
 }
 
 TE_API const char *te_recipe_describe(const te_recipe *r) {
-  if (!r || reinterpret_cast<const Handle *>(r)->handle_kind != HandleKind::Recipe) return "";
-  return reinterpret_cast<const Recipe *>(r)->describe().c_str();
+  const Recipe *rec = live_or_null<Recipe>(r, HandleKind::Recipe);
+  return rec ? rec->describe().c_str() : "";
 }
 
 TE_API te_status te_recipe_get_options(const te_recipe *r, te_recipe_options *out) {

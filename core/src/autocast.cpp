@@ -1,6 +1,7 @@
 #include "te/core/autocast.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "te/core/check.h"
 
@@ -10,8 +11,24 @@ namespace te {
 // the first module's backward cannot grow them without bound.
 constexpr size_t kMaxPendingBackwardPasses = 64;
 
+namespace {
+// Tokens are unique in the process, not per context, so a token of one context never closes a
+// scope of another.
+uint64_t next_token() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void release_scope(AutocastScope &s) {
+  s.recipe->release();
+  if (s.group) s.group->release();
+  s.recipe = nullptr;
+  s.group = nullptr;
+}
+}  // namespace
+
 Autocast::~Autocast() {
-  while (depth_ > 0) stack_[--depth_].recipe->release();
+  while (depth_ > 0) release_scope(stack_[--depth_]);
 }
 
 uint64_t Autocast::begin(bool enabled, bool calibrating, const Recipe *recipe, const Group *group) {
@@ -24,8 +41,9 @@ uint64_t Autocast::begin(bool enabled, bool calibrating, const Recipe *recipe, c
     modules_in_pass_ = 0;
   }
   recipe->retain();
+  if (group) group->retain();
   AutocastScope &s = stack_[depth_++];
-  s.token = ++next_token_;
+  s.token = next_token();
   s.enabled = enabled;
   s.calibrating = calibrating;
   s.recipe = recipe;
@@ -36,7 +54,7 @@ uint64_t Autocast::begin(bool enabled, bool calibrating, const Recipe *recipe, c
 
 void Autocast::end(uint64_t token) {
   if (depth_ == 0) fail(Status::InvalidState, "argument 'token': no autocast scope is open");
-  const AutocastScope &s = stack_[depth_ - 1];
+  AutocastScope &s = stack_[depth_ - 1];
   if (s.token != token)
     fail(Status::InvalidState, "argument 'token': it does not name the innermost open scope (depth %d); "
          "scopes must end innermost first", depth_);
@@ -44,7 +62,7 @@ void Autocast::end(uint64_t token) {
   // Update before popping: if the device fails, the scope stays open and nothing changed.
   if (recording && recording_depth_ == 1) update(forward_);
   if (recording && --recording_depth_ == 0) pass_ = 0;
-  s.recipe->release();
+  release_scope(s);
   --depth_;
   ++stats_.scopes_closed;
 }
@@ -77,7 +95,7 @@ void Autocast::BucketSet::add(const Recipe *recipe, const Group *group, ScalingS
   b.recipe_key = recipe->key();
   b.group_id = gid;
   b.recipe = RecipeRef(recipe);
-  b.group = group;
+  b.group = GroupRef(group);
   b.states.clear();
   b.states.push_back(state);
 }
@@ -87,6 +105,7 @@ void Autocast::BucketSet::clear() {
     for (ScalingState *st : buckets[i].states) st->registered_pass = 0;
     buckets[i].states.clear();  // keeps capacity: the next pass does not allocate
     buckets[i].recipe = RecipeRef();
+    buckets[i].group = GroupRef();
   }
   used = 0;
   pass = 0;

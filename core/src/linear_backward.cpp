@@ -91,7 +91,7 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
     }
     QuantizeRequest req;
     req.recipe = &recipe;
-    req.group = s.group;
+    req.group = s.group.get();
     req.state = &L.grad_output;
     req.scale = delayed ? bwd.grad_scale.floats() : nullptr;
     if (want_dx || want_dw) quantize(be, req, dy, dyq);
@@ -102,7 +102,7 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
 
   if (s.fp8 && s.recipe->kind() == RecipeKind::Delayed && (want_dx || want_dw)) {
     Autocast &ac = ctx.autocast();
-    ac.register_backward(s.ticket.pass, s.recipe.get(), s.group, &L.grad_output);
+    ac.register_backward(s.ticket.pass, s.recipe.get(), s.group.get(), &L.grad_output);
     if (s.ticket.first) ac.finish_backward_pass(s.ticket.pass);
   }
   if (args.once) bwd.saved.reset();

@@ -86,7 +86,7 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   TensorView y2d = make_view(y.data, y.dtype, y.device, tokens, o.out_features);
 
   // Everything that can fail for lack of memory happens before any state changes.
-  SavedPtr saved = ctx.linear_pool().acquire_saved();
+  SavedPtr saved = ctx.linear_pool().acquire_saved(ctx);
   saved->layer = lin.core();
   saved->tokens = tokens;
   saved->fp8 = fp8;
@@ -143,7 +143,7 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   }
   saved->ticket = ac.enter_module();
   saved->recipe = RecipeRef(recipe);
-  saved->group = scope->group;
+  saved->group = GroupRef(scope->group);
   // The row-wise x served only the fprop GEMM; backward needs x^T alone (whose per-tensor
   // scale_inv may live in the row-wise scale_inv buffer, which therefore stays).
   xq.data.reset();

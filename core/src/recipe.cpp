@@ -3,8 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "te/core/check.h"
 
@@ -23,39 +21,34 @@ RecipeOptions RecipeOptions::defaults(RecipeKind kind) {
 
 namespace {
 
-// The canonical encoding: every numerics-affecting field at a fixed offset, floats by their bit
-// pattern (with -0 folded into +0, which scales identically).
-std::string canonical_encoding(const RecipeOptions &o) {
-  int32_t fields[11];
-  float eps = o.amax_epsilon == 0.0f ? 0.0f : o.amax_epsilon;
+// The canonical encoding, packed: every numerics-affecting field in its own bit range, so two
+// recipes get equal keys exactly when their options are equal. validate() has bounded each field:
+//   bit 63      1, so that no key is 0 ("no recipe")
+//   62..61      kind (0..2)               60   format (0..1)
+//   59..53      margin (0..127)           52..37  amax_history_len - 1 (0..65535)
+//   36          amax_algo                 35   reduce_amax        34   power_of_2_scales
+//   33..3       amax_epsilon's bits without the sign (it is >= 0; -0 is folded into +0, which
+//               scales identically)
+//   2, 1, 0     fprop / dgrad / wgrad split accumulator
+// A field appended to te_recipe_options later needs bits of its own: when none are left, this
+// becomes an index into a table of encodings.
+uint64_t packed_key(const RecipeOptions &o) {
+  const float eps = o.amax_epsilon == 0.0f ? 0.0f : o.amax_epsilon;
   uint32_t eps_bits;
   std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-  fields[0] = static_cast<int32_t>(o.kind);
-  fields[1] = static_cast<int32_t>(o.format);
-  fields[2] = o.margin;
-  fields[3] = o.amax_history_len;
-  fields[4] = static_cast<int32_t>(o.amax_algo);
-  fields[5] = o.reduce_amax;
-  fields[6] = o.power_of_2_scales;
-  fields[7] = static_cast<int32_t>(eps_bits);
-  fields[8] = o.fprop_split_accumulator;
-  fields[9] = o.dgrad_split_accumulator;
-  fields[10] = o.wgrad_split_accumulator;
-  return std::string(reinterpret_cast<const char *>(fields), sizeof fields);
-}
-
-// The one process-wide structure in libte: an append-only table mapping canonical encodings to
-// keys. It holds no training state; it only makes keys collision-free. Touched at recipe
-// creation only, never on the hot path.
-uint64_t intern(const std::string &encoding) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, uint64_t> table;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = table.find(encoding);
-  if (it != table.end()) return it->second;
-  uint64_t key = table.size() + 1;  // never 0: 0 means "no recipe"
-  table.emplace(encoding, key);
-  return key;
+  uint64_t k = uint64_t{1} << 63;
+  k |= static_cast<uint64_t>(o.kind) << 61;
+  k |= static_cast<uint64_t>(o.format) << 60;
+  k |= static_cast<uint64_t>(o.margin) << 53;
+  k |= static_cast<uint64_t>(o.amax_history_len - 1) << 37;
+  k |= static_cast<uint64_t>(o.amax_algo) << 36;
+  k |= static_cast<uint64_t>(o.reduce_amax) << 35;
+  k |= static_cast<uint64_t>(o.power_of_2_scales) << 34;
+  k |= static_cast<uint64_t>(eps_bits & 0x7FFFFFFFu) << 3;
+  k |= static_cast<uint64_t>(o.fprop_split_accumulator) << 2;
+  k |= static_cast<uint64_t>(o.dgrad_split_accumulator) << 1;
+  k |= static_cast<uint64_t>(o.wgrad_split_accumulator);
+  return k;
 }
 
 const char *kind_name(RecipeKind k) {
@@ -93,15 +86,11 @@ void validate(const RecipeOptions &o) {
 }  // namespace
 
 Recipe::Recipe(const RecipeOptions &opts)
-    : Handle(HandleKind::Recipe), opts_(opts), key_(intern(canonical_encoding(opts))), describe_(te::describe(opts)) {}
+    : Handle(HandleKind::Recipe), opts_(opts), key_(packed_key(opts)), describe_(te::describe(opts)) {}
 
 Recipe *Recipe::create(const RecipeOptions &opts) {
   validate(opts);
   return new Recipe(opts);
-}
-
-void Recipe::release() const {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
 }  // namespace te

@@ -31,11 +31,13 @@ struct AutocastStats {
   uint64_t states_updated = 0;
 };
 
+// The scope holds references to its recipe and group (retained at begin, released at end), so
+// the caller may let go of both while the scope is open.
 struct AutocastScope {
   uint64_t token = 0;
   bool enabled = false;
   bool calibrating = false;
-  const Recipe *recipe = nullptr;  // retained while the scope is open
+  const Recipe *recipe = nullptr;
   const Group *group = nullptr;
 };
 
@@ -61,6 +63,8 @@ class Autocast {
   void register_forward(ScalingState *state);
   // Called by a module's backward for the pass its forward ran in.
   void register_backward(uint64_t pass, const Recipe *recipe, const Group *group, ScalingState *state);
+  // Whether `state` sits in an open pass's or a pending backward pass's bucket.
+  bool holds(const ScalingState *state) const { return state->registered_pass != 0; }
   void finish_backward_pass(uint64_t pass);
   void flush_backward();
   // A scaling state that is going away leaves every bucket.
@@ -70,7 +74,7 @@ class Autocast {
   struct Bucket {
     uint64_t recipe_key = 0, group_id = 0;
     RecipeRef recipe;
-    const Group *group = nullptr;
+    GroupRef group;  // kept alive until the bucket is updated
     std::vector<ScalingState *> states;
   };
   struct BucketSet {
@@ -91,7 +95,6 @@ class Autocast {
   AutocastScope stack_[kAutocastMaxDepth];
   int depth_ = 0;
   int recording_depth_ = 0;
-  uint64_t next_token_ = 0;
   uint64_t next_pass_ = 1;
   uint64_t pass_ = 0;
   int modules_in_pass_ = 0;

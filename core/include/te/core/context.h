@@ -10,12 +10,16 @@
 #include "te/core/backend.h"
 #include "te/core/handle.h"
 #include "te/core/recipe.h"
+#include "te/core/ref.h"
 
 namespace te {
 
 class LinearObjectPool;
 
-class Context : public Handle {
+// Reference counted: te_context_destroy kills the handle and drops the caller's reference; each
+// layer, residuals block and backward context made with the context holds one, so the context
+// (its backend, memory and pools) lives until the last of them is destroyed.
+class Context : public Handle, public RefCounted<Context> {
  public:
   // Throws Unsupported when the device's backend is not available.
   explicit Context(const Device &device);
@@ -49,5 +53,7 @@ class Context : public Handle {
   std::unique_ptr<LinearObjectPool> linear_pool_;
   std::unordered_map<void *, size_t> user_blocks_;
 };
+
+using ContextRef = Ref<Context>;
 
 }  // namespace te

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "te/core/handle.h"
+#include "te/core/ref.h"
 
 namespace te {
 
@@ -22,7 +23,10 @@ class Communicator {
   virtual void abort() = 0;
 };
 
-class Group : public Handle {
+// Reference counted: te_group_destroy drops the caller's reference, and every autocast scope,
+// bucket and saved forward that uses the group holds one, so a group destroyed while a pending
+// backward still needs it stays alive (its communicator too) until that backward is done.
+class Group : public Handle, public RefCounted<Group> {
  public:
   Group(int rank, int size, std::unique_ptr<Communicator> comm);
   uint64_t id() const { return id_; }
@@ -39,6 +43,8 @@ class Group : public Handle {
   int rank_, size_;
   std::unique_ptr<Communicator> comm_;
 };
+
+using GroupRef = Ref<const Group>;
 
 // Ids are drawn from a process-wide counter: never 0, never reused (TE keyed on Python's id(),
 // which is reused after free, so a new group could inherit a dead one's buckets).

@@ -1,26 +1,65 @@
-// Every object the C API hands out derives from Handle first, so a handle of the wrong type is
-// recognised by its tag (no virtual functions in handle classes: the tag sits at offset 0).
+// Handles: the identity of every object the C API hands out.
+//
+// A public handle is not the object's address but an id issued from a process-wide slot table:
+// (generation, slot) packed into one odd 64-bit value. Destroying an object (or returning a pooled
+// one to its pool) bumps its slot's generation, so an old handle stays dead even when the memory,
+// the slot or the pooled object is reused — the address reuse that let a destroyed backward
+// context "come back to life" (and that TE suffers from with id(group)). Resolving a handle never
+// dereferences the caller's value: garbage, a handle of another type and a destroyed handle are
+// all told apart and reported.
+//
+// The slot table is the library's one process-wide structure besides id counters; it holds only
+// identities, no training state. Issuing and retiring take a lock only when a slot is taken from
+// or given back to the free list (object creation and final destruction); a pooled object keeps
+// its slot, so the per-step reissue of a backward context is two atomic stores.
 #pragma once
 
 #include <cstdint>
 
 namespace te {
 
-enum class HandleKind : uint32_t {
+enum class HandleKind : uint8_t {
   Dead = 0,
-  Context = 0x54454358u,      // "TECX"
-  Recipe = 0x54455243u,       // "TERC"
-  Group = 0x54454752u,        // "TEGR"
-  Linear = 0x54454c4eu,       // "TELN"
-  BackwardCtx = 0x54454243u,  // "TEBC"
+  Context = 1,
+  Recipe = 2,
+  Group = 3,
+  Linear = 4,
+  BackwardCtx = 5,
+  Residuals = 6,  // te_linear_residuals::internal
 };
 
-struct Handle {
-  explicit Handle(HandleKind k) : handle_kind(k) {}
-  ~Handle() { handle_kind = HandleKind::Dead; }
+// Why a value did not resolve.
+enum class HandleFault { None, Null, NotAHandle, Destroyed, WrongKind };
+
+class Handle {
+ public:
+  explicit Handle(HandleKind kind);
+  ~Handle();
   Handle(const Handle &) = delete;
   Handle &operator=(const Handle &) = delete;
-  HandleKind handle_kind;
+
+  // The public value (0 while retired).
+  uint64_t id() const { return id_; }
+  HandleKind handle_kind() const { return id_ ? kind_ : HandleKind::Dead; }
+  template <class P>
+  P *as_public() const { return reinterpret_cast<P *>(static_cast<uintptr_t>(id_)); }
+
+  // For pooled objects: retire() kills the current id (the object stays, with its slot);
+  // reissue() gives the object a new id that no earlier handle equals. retire() is idempotent.
+  void retire();
+  void reissue();
+
+ private:
+  uint32_t slot_;
+  uint64_t id_ = 0;
+  HandleKind kind_;
 };
+
+// The live object behind `value` if it is a handle of `kind`; otherwise nullptr with *fault (and
+// *actual, the live kind, for WrongKind) set.
+Handle *resolve_handle(const void *value, HandleKind kind, HandleFault *fault, HandleKind *actual);
+
+// Handles ever issued minus those destroyed: for tests that check nothing leaks.
+uint64_t live_handle_slots();
 
 }  // namespace te

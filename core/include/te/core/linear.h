@@ -33,8 +33,9 @@ struct WeightCache {
 // Everything of a layer that outlives one call. Backward contexts share it, so destroying the
 // layer's handle while a backward is pending is safe.
 struct LinearCore {
-  LinearCore(Context &ctx, const LinearOptions &o) : ctx(ctx), opts(o) {}
+  LinearCore(Context &ctx, const LinearOptions &o) : ctx_ref(&ctx), ctx(ctx), opts(o) {}
   ~LinearCore();
+  ContextRef ctx_ref;  // first member, so released last: the states below free into ctx
   Context &ctx;
   LinearOptions opts;
   ScalingState input, weight, grad_output;
@@ -59,17 +60,19 @@ struct LinearForwardArgs {
 
 class LinearObjectPool;
 
-// What forward_compute leaves for backward. Owned by the caller's residuals struct until saved.
+// What forward_compute leaves for backward. Owned by the caller's residuals struct until saved;
+// the struct's `internal` is this object's handle (kind Residuals), retired when the residuals
+// are saved or released, so a copy of the struct cannot save or free them a second time.
 // Objects come from the context's LinearObjectPool and go back to it, so a training step makes
 // no heap allocation.
-struct LinearSaved {
-  static constexpr uint32_t kMagic = 0x54455253u;  // "TERS": recognises foreign pointers
-  uint32_t magic = kMagic;
+struct LinearSaved : Handle {
+  LinearSaved() : Handle(HandleKind::Residuals) {}
   LinearObjectPool *pool = nullptr;
+  ContextRef ctx;  // while handed out: the pool lives in the context
   std::shared_ptr<LinearCore> layer;
   bool fp8 = false;
   RecipeRef recipe;
-  const Group *group = nullptr;
+  GroupRef group;
   PassTicket ticket;
   QuantizedMatrix x;                    // FP8: x^T in x.col
   std::shared_ptr<WeightCache> w;       // FP8: W^T in w->q.col
@@ -89,8 +92,8 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
 
 class LinearBackwardCtx : public Handle {
  public:
-  explicit LinearBackwardCtx(Context &c) : Handle(HandleKind::BackwardCtx), ctx(&c) {}
-  Context *ctx;
+  LinearBackwardCtx() : Handle(HandleKind::BackwardCtx) {}
+  ContextRef ctx;         // while handed out: the pool lives in the context
   SavedPtr saved;         // null once released (TE_BACKWARD_ONCE)
   Buffer grad_scale;      // delayed scaling: the dy scale of the first backward
   bool grad_scale_taken = false;
@@ -101,7 +104,9 @@ class LinearBackwardCtx : public Handle {
 class LinearObjectPool {
  public:
   ~LinearObjectPool();
-  SavedPtr acquire_saved();
+  SavedPtr acquire_saved(Context &ctx);
+  // Objects handed out hold a reference to `ctx` and carry a fresh handle; released ones are
+  // retired (every earlier handle to them is dead) and kept for reuse.
   LinearBackwardCtx *acquire_backward_ctx(Context &ctx);  // with no residuals yet
   void release(LinearSaved *s);
   void release(LinearBackwardCtx *b);

@@ -1,14 +1,15 @@
 // Recipes: immutable, intrusively reference-counted descriptions of how to scale FP8 tensors.
-// The key is the index of the recipe's canonical encoding in an append-only intern table, so
-// equal options <=> equal keys with no collisions by construction.
+// The key is the recipe's canonical encoding itself, packed into 63 bits (recipe.cpp says how),
+// so equal options <=> equal keys with no collisions by construction, and no table that grows
+// with every distinct recipe ever created.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "te/core/handle.h"
 #include "te/core/numerics.h"
+#include "te/core/ref.h"
 #include "te/core/types.h"
 
 namespace te {
@@ -32,12 +33,10 @@ struct RecipeOptions {
   static RecipeOptions defaults(RecipeKind kind);
 };
 
-class Recipe : public Handle {
+class Recipe : public Handle, public RefCounted<Recipe> {
  public:
   // Validates (throws InvalidArgument naming the field) and returns a recipe with refcount 1.
   static Recipe *create(const RecipeOptions &opts);
-  void retain() const { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void release() const;
 
   const RecipeOptions &options() const { return opts_; }
   uint64_t key() const { return key_; }
@@ -52,31 +51,8 @@ class Recipe : public Handle {
   RecipeOptions opts_;
   uint64_t key_;
   std::string describe_;
-  mutable std::atomic<int> refs_{1};
 };
 
-// A counted reference; copying is an atomic increment, never an allocation.
-class RecipeRef {
- public:
-  RecipeRef() = default;
-  explicit RecipeRef(const Recipe *r) : r_(r) { if (r_) r_->retain(); }
-  RecipeRef(const RecipeRef &o) : RecipeRef(o.r_) {}
-  RecipeRef &operator=(const RecipeRef &o) {
-    if (o.r_) o.r_->retain();
-    if (r_) r_->release();
-    r_ = o.r_;
-    return *this;
-  }
-  ~RecipeRef() { if (r_) r_->release(); }
-  // Takes over a reference the caller already holds.
-  static RecipeRef adopt(const Recipe *r) { RecipeRef ref; ref.r_ = r; return ref; }
-  const Recipe *get() const { return r_; }
-  const Recipe *operator->() const { return r_; }
-  const Recipe &operator*() const { return *r_; }
-  explicit operator bool() const { return r_ != nullptr; }
-
- private:
-  const Recipe *r_ = nullptr;
-};
+using RecipeRef = Ref<const Recipe>;
 
 }  // namespace te
