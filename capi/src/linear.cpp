@@ -85,6 +85,10 @@ TE_API te_status te_linear_create(te_linear **out, te_context *ctx, const te_lin
     check_options(opts, "opts");
     if (opts->in_features < 1) fail(Status::InvalidArgument, "argument 'opts->in_features': expected > 0, got %lld", (long long)opts->in_features);
     if (opts->out_features < 1) fail(Status::InvalidArgument, "argument 'opts->out_features': expected > 0, got %lld", (long long)opts->out_features);
+    const int64_t weight_shape[2] = {opts->out_features, opts->in_features};
+    if (shape_numel(weight_shape, 2) < 0)
+      fail(Status::InvalidArgument, "argument 'opts': in_features * out_features = %lld * %lld exceeds 2^60 elements",
+           (long long)opts->in_features, (long long)opts->out_features);
     check_bool(opts->bias, "opts->bias");
     check_bool(opts->fuse_wgrad_accumulation, "opts->fuse_wgrad_accumulation");
     const int act = enum_int(opts->activation_dtype);

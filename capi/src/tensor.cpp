@@ -1,4 +1,5 @@
 // te_tensor <-> core views, and DLPack import.
+#include <cstdint>
 #include <cstring>
 
 #include "capi_common.h"
@@ -11,18 +12,12 @@ TensorView to_view(const te_tensor *t, const char *name) {
   const int dtype = enum_int(t->dtype), scaling = enum_int(t->scaling);
   if (!known_dtype(dtype))
     fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name, dtype);
-  if (t->ndim < 1 || t->ndim > TE_MAX_DIMS)
-    fail(Status::InvalidArgument, "argument '%s->ndim': expected 1..%d, got %d", name, TE_MAX_DIMS, t->ndim);
+  check_shape(t->shape, t->ndim, name);
   TensorView v;
   v.data = t->data;
   v.dtype = static_cast<DType>(dtype);
   v.ndim = t->ndim;
-  for (int i = 0; i < t->ndim; ++i) {
-    if (t->shape[i] < 1)
-      fail(Status::InvalidArgument, "argument '%s->shape[%d]': expected a positive size, got %lld", name, i,
-           (long long)t->shape[i]);
-    v.shape[i] = t->shape[i];
-  }
+  for (int i = 0; i < t->ndim; ++i) v.shape[i] = t->shape[i];
   v.device = to_device(t->device, "device", name);
   if (is_fp8(v.dtype)) {
     if (!t->scale_inv)
@@ -66,6 +61,8 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
+constexpr uint32_t kDLPackMajor = 1;        // DLManagedTensorVersioned's layout is that of 1.x
+constexpr uint64_t kDLFlagReadOnly = 1;     // DLPACK_FLAG_BITMASK_READ_ONLY
 enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 };
 
 te_dtype dl_dtype(const DLDataType &t, int fp8_dtype) {
@@ -90,9 +87,8 @@ extern "C" {
 
 TE_API int64_t te_tensor_numel(const te_tensor *t) {
   if (!t || t->ndim < 1 || t->ndim > TE_MAX_DIMS) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
-  return n;
+  const int64_t n = shape_numel(t->shape, t->ndim);
+  return n < 0 ? 0 : n;
 }
 
 TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t) {
@@ -103,17 +99,12 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t) {
     if (dtype != TE_DTYPE_E4M3 && dtype != TE_DTYPE_E5M2)
       fail(Status::InvalidArgument, "argument 't->dtype': expected E4M3 or E5M2, got %s",
            known_dtype(dtype) ? dtype_name(static_cast<DType>(dtype)) : "an unknown value");
-    if (t->ndim < 1 || t->ndim > TE_MAX_DIMS)
-      fail(Status::InvalidArgument, "argument 't->ndim': expected 1..%d, got %d", TE_MAX_DIMS, t->ndim);
+    check_shape(t->shape, t->ndim, "t");
     if (scaling < TE_SCALING_PER_TENSOR || scaling > TE_SCALING_BLOCK_128X128)
       fail(Status::InvalidArgument, "argument 't->scaling': expected a te_scaling_mode value, got %d", scaling);
     TensorView v;
     v.ndim = t->ndim;
-    for (int i = 0; i < t->ndim; ++i) {
-      if (t->shape[i] < 1)
-        fail(Status::InvalidArgument, "argument 't->shape[%d]': expected a positive size, got %lld", i, (long long)t->shape[i]);
-      v.shape[i] = t->shape[i];
-    }
+    for (int i = 0; i < t->ndim; ++i) v.shape[i] = t->shape[i];
     *count = scale_inv_count(static_cast<ScalingMode>(scaling), v.rows(), v.cols());
   });
 }
@@ -122,19 +113,32 @@ TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_te
   return guarded(__func__, [&] {
     check_not_null(out, "out");
     check_not_null(dl_managed_tensor, "dl_managed_tensor");
+    if (versioned != 0 && versioned != 1)
+      fail(Status::InvalidArgument, "argument 'versioned': expected 0 (DLManagedTensor) or 1 "
+           "(DLManagedTensorVersioned), got %d", versioned);
+    if (versioned) {
+      const auto *v = static_cast<const DLManagedTensorVersioned *>(dl_managed_tensor);
+      // A new major version may change the struct's layout: nothing past `version` can be read.
+      if (v->version.major != kDLPackMajor)
+        fail(Status::Unsupported, "argument 'dl_managed_tensor': expected DLPack major version %u, got %u.%u",
+             kDLPackMajor, v->version.major, v->version.minor);
+      if (v->flags & kDLFlagReadOnly)
+        fail(Status::InvalidArgument, "argument 'dl_managed_tensor': the tensor is read-only "
+             "(DLPACK_FLAG_BITMASK_READ_ONLY), and libte may write to any te_tensor");
+    }
     const DLTensor &t = versioned ? static_cast<const DLManagedTensorVersioned *>(dl_managed_tensor)->dl_tensor
                                   : static_cast<const DLManagedTensor *>(dl_managed_tensor)->dl_tensor;
     if (t.ndim < 1 || t.ndim > TE_MAX_DIMS)
       fail(Status::InvalidArgument, "argument 'dl_managed_tensor': expected 1..%d dimensions, got %d", TE_MAX_DIMS, t.ndim);
+    if (!t.shape) fail(Status::InvalidArgument, "argument 'dl_managed_tensor': shape is NULL");
+    check_shape(t.shape, t.ndim, "dl_managed_tensor");
+    if (!t.data) fail(Status::InvalidArgument, "argument 'dl_managed_tensor': data is NULL");
     te_tensor r;
     std::memset(&r, 0, sizeof r);
     r.dtype = dl_dtype(t.dtype, enum_int(fp8_dtype));
     r.ndim = t.ndim;
-    int64_t expected_stride = 1;
+    int64_t expected_stride = 1;  // bounded by the element count check above
     for (int i = t.ndim - 1; i >= 0; --i) {
-      if (t.shape[i] < 1)
-        fail(Status::InvalidArgument, "argument 'dl_managed_tensor': shape[%d] = %lld, expected a positive size", i,
-             (long long)t.shape[i]);
       // Strides of size-1 dimensions carry no meaning, as in PyTorch's contiguity rule.
       if (t.strides && t.shape[i] != 1 && t.strides[i] != expected_stride)
         fail(Status::InvalidArgument, "argument 'dl_managed_tensor': expected a row-major contiguous tensor, "
@@ -144,17 +148,26 @@ TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_te
     }
     switch (t.device.device_type) {
       case kDLCPU: case kDLCUDAHost: r.device.type = TE_DEVICE_CPU; r.device.index = 0; break;
-      case kDLCUDA: r.device.type = TE_DEVICE_CUDA; r.device.index = t.device.device_id; break;
+      case kDLCUDA:
+        if (t.device.device_id < 0)
+          fail(Status::InvalidArgument, "argument 'dl_managed_tensor': expected a CUDA device_id >= 0, got %d",
+               t.device.device_id);
+        r.device.type = TE_DEVICE_CUDA;
+        r.device.index = t.device.device_id;
+        break;
       default:
         fail(Status::InvalidArgument, "argument 'dl_managed_tensor': unsupported DLPack device type %d",
              t.device.device_type);
     }
-    size_t elem = (r.dtype == TE_DTYPE_F32) ? 4 : (r.dtype == TE_DTYPE_E4M3 || r.dtype == TE_DTYPE_E5M2) ? 1 : 2;
+    const size_t elem = dtype_size(static_cast<DType>(r.dtype));
     if (t.byte_offset % elem)
       fail(Status::InvalidArgument, "argument 'dl_managed_tensor': byte_offset %llu is not a multiple of the element size %zu",
            (unsigned long long)t.byte_offset, elem);
-    if (!t.data) fail(Status::InvalidArgument, "argument 'dl_managed_tensor': data is NULL");
-    r.data = static_cast<char *>(t.data) + t.byte_offset;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+    if (t.byte_offset > UINTPTR_MAX - base)
+      fail(Status::InvalidArgument, "argument 'dl_managed_tensor': byte_offset %llu wraps the data pointer %p",
+           (unsigned long long)t.byte_offset, t.data);
+    r.data = reinterpret_cast<void *>(base + t.byte_offset);
     *out = r;
   });
 }

@@ -13,6 +13,20 @@ void fail(Status status, const char *fmt, ...) {
   throw Error(status, buf);
 }
 
+int64_t check_shape(const int64_t *shape, int ndim, const char *name) {
+  if (ndim < 1 || ndim > kMaxDims)
+    fail(Status::InvalidArgument, "argument '%s->ndim': expected 1..%d, got %d", name, kMaxDims, ndim);
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] < 1)
+      fail(Status::InvalidArgument, "argument '%s->shape[%d]': expected a positive size, got %lld", name, i,
+           (long long)shape[i]);
+  const int64_t n = shape_numel(shape, ndim);
+  if (n < 0)
+    fail(Status::InvalidArgument, "argument '%s->shape': expected at most 2^60 elements, got a product of %d "
+         "dimensions that exceeds it", name, ndim);
+  return n;
+}
+
 void check_dtype(const TensorView &t, const char *name, DType expected) {
   if (t.dtype != expected)
     fail(Status::InvalidArgument, "argument '%s': expected dtype %s, got %s", name, dtype_name(expected),

@@ -31,6 +31,10 @@ Context::~Context() {
 
 void *Context::user_alloc(size_t bytes) {
   if (bytes == 0) fail(Status::InvalidArgument, "argument 'bytes': expected > 0, got 0");
+  // No object may be larger than PTRDIFF_MAX (C's rule); the allocators round sizes up, which
+  // must not wrap.
+  if (bytes > static_cast<size_t>(PTRDIFF_MAX))
+    fail(Status::InvalidArgument, "argument 'bytes': expected at most PTRDIFF_MAX (%td), got %zu", PTRDIFF_MAX, bytes);
   user_blocks_.reserve(user_blocks_.size() + 1);  // the insert below cannot fail after alloc
   void *p = backend_->alloc(bytes);
   user_blocks_.emplace(p, bytes);

@@ -2,6 +2,15 @@
 // (input, weight, grad_output): history length, FP8 dtype, scale, scale_inv, history. Host byte
 // order (little-endian on every platform libte targets). Floats are copied bit for bit, so a
 // save/load round trip resumes training identically.
+//
+// Loading trusts nothing: it accepts exactly what saving can produce, and refuses the rest
+// before anything changes. A used state has scale in [FLT_MIN, FLT_MAX] (the scale update keeps
+// it there), scale_inv == 1 / scale as the update computes it, and history entries that are
+// amaxes: +0, positive finite or +inf. A NaN amax (a tensor that held NaN) is saved as +0, which
+// every scale update treats alike (the window's MAX ignores NaN, and MOST_RECENT keeps the scale
+// for both). A never-used state is length 0, E4M3, scale = scale_inv = 1.
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -67,6 +76,8 @@ void linear_state_save(Context &ctx, const Linear &lin, void *buf, size_t capaci
     float scale = 1.0f, scale_inv = 1.0f;
     history.resize(static_cast<size_t>(st.history_len()));
     st.read(ctx.backend(), &scale, &scale_inv, history.data(), st.history_len());
+    for (float &h : history)
+      if (std::isnan(h)) h = 0.0f;
     w.put(static_cast<int32_t>(st.history_len()));
     w.put(static_cast<int32_t>(st.fp8_dtype()));
     w.put(scale);
@@ -75,8 +86,49 @@ void linear_state_save(Context &ctx, const Linear &lin, void *buf, size_t capaci
   }
 }
 
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// One state as parsed; throws InvalidArgument naming what is wrong.
+void check_state(int role, int32_t len, DType dtype, float scale, float scale_inv, const std::vector<float> &history) {
+  static const char *const names[3] = {"input", "weight", "grad_output"};
+  const char *who = names[role];
+  if (len == 0) {
+    if (dtype != DType::E4M3 || bits_of(scale) != bits_of(1.0f) || bits_of(scale_inv) != bits_of(1.0f))
+      fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (never used, so expected E4M3 with scale "
+           "and scale_inv 1, got %s, %g, %g)", who, dtype_name(dtype), (double)scale, (double)scale_inv);
+    return;
+  }
+  if (!(scale >= FLT_MIN && scale <= FLT_MAX))
+    fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (scale %g: expected a normal positive finite "
+         "float)", who, (double)scale);
+  if (bits_of(scale_inv) != bits_of(1.0f / scale))
+    fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (scale_inv %.9g is not 1 / scale = %.9g)", who,
+         (double)scale_inv, (double)(1.0f / scale));
+  for (size_t i = 0; i < history.size(); ++i) {
+    const float h = history[i];
+    if (std::isnan(h) || std::signbit(h))
+      fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (history[%zu] = %g: an amax is +0, positive "
+           "or +inf)", who, i, (double)h);
+  }
+}
+
+}  // namespace
+
 void linear_state_load(Context &ctx, Linear &lin, const void *buf, size_t size) {
   LinearCore &L = *lin.core();
+  // A state in an open pass's or a pending backward pass's bucket is about to be updated with
+  // the amaxes of that pass; replacing it underneath would mix two histories (and a never-used
+  // state has no storage for the update to write).
+  for (TensorRole role : kRoles)
+    if (ctx.autocast().holds(&L.state(role)))
+      fail(Status::InvalidState, "argument 'lin': its scaling states are in use by an open autocast scope or a "
+           "pending backward pass; load after te_autocast_end and the backward (or te_autocast_flush_backward)");
   Reader r{static_cast<const unsigned char *>(buf), static_cast<const unsigned char *>(buf) + size};
   if (size < 4 || std::memcmp(buf, kMagic, 4) != 0)
     fail(Status::InvalidArgument, "argument 'buf': not a libte linear state (bad magic)");
@@ -102,6 +154,7 @@ void linear_state_load(Context &ctx, Linear &lin, const void *buf, size_t size) 
     p.scale_inv = r.get<float>();
     p.history.resize(static_cast<size_t>(p.len));
     for (float &h : p.history) h = r.get<float>();
+    check_state(static_cast<int>(&p - parsed), p.len, p.dtype, p.scale, p.scale_inv, p.history);
   }
   if (r.p != r.end)
     fail(Status::InvalidArgument, "argument 'size': %zu bytes follow the state", static_cast<size_t>(r.end - r.p));

@@ -195,6 +195,9 @@ void delayed_scale_update(float *history, int len, float *scale, float *scale_in
     new_scale = (fp8_max / amax) / std::ldexp(1.0f, margin);
   }
   if (std::isinf(new_scale)) new_scale = FLT_MAX;
+  // A large margin over a huge amax underflows to a subnormal or 0, whose inverse is inf: the
+  // smallest normal float keeps scale_inv finite (TE has no guard, and would emit NaN).
+  if (new_scale < FLT_MIN) new_scale = FLT_MIN;
   *scale = new_scale;
   *scale_inv = 1.0f / new_scale;
 

@@ -33,6 +33,15 @@ const char *device_name(DeviceType t) {
   return "UNKNOWN";
 }
 
+int64_t shape_numel(const int64_t *shape, int ndim) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] < 1 || shape[i] > kMaxElements / n) return -1;
+    n *= shape[i];
+  }
+  return n;
+}
+
 TensorView make_view(void *data, DType dtype, Device device, int64_t rows, int64_t cols) {
   TensorView v;
   v.data = data;

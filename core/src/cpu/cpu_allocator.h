@@ -14,7 +14,7 @@ class CpuCachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;
 
-  CpuCachingAllocator() = default;
+  CpuCachingAllocator();
   ~CpuCachingAllocator();
   CpuCachingAllocator(const CpuCachingAllocator &) = delete;
   CpuCachingAllocator &operator=(const CpuCachingAllocator &) = delete;
@@ -39,6 +39,7 @@ class CpuCachingAllocator {
   };
   std::map<size_t, SizeClass> classes_;  // by class size in bytes
   std::vector<void *> owned_;                          // every system block, freed at the end
+  size_t max_block_bytes_;  // physical memory: no single request above it can succeed
   size_t system_allocations_ = 0;
   size_t reserved_bytes_ = 0;
 };

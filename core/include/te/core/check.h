@@ -15,6 +15,10 @@ inline void check_not_null(const void *p, const char *name) {
   if (!p) fail(Status::InvalidArgument, "argument '%s': expected a non-NULL pointer, got NULL", name);
 }
 
+// A shape of `ndim` dimensions (1..kMaxDims) each >= 1, with at most kMaxElements elements;
+// returns the element count. `name` names the tensor ("x" -> "x->shape[1]").
+int64_t check_shape(const int64_t *shape, int ndim, const char *name);
+
 void check_dtype(const TensorView &t, const char *name, DType expected);
 void check_high_precision(const TensorView &t, const char *name);
 void check_fp8(const TensorView &t, const char *name);

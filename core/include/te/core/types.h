@@ -46,6 +46,15 @@ struct Device {
 
 constexpr int kMaxDims = 8;
 
+// The largest element count a tensor may have: 2^60, so that its size in bytes (at most 4 per
+// element, and 8 for fp64 scratch) fits int64_t and size_t and no size computation downstream of
+// a validated shape can overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 60;
+
+// The element count of a shape of `ndim` positive dimensions, or -1 when a dimension is < 1 or
+// the product exceeds kMaxElements. Never overflows.
+int64_t shape_numel(const int64_t *shape, int ndim);
+
 inline bool is_fp8(DType t) { return t == DType::E4M3 || t == DType::E5M2; }
 inline bool is_high_precision(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 size_t dtype_size(DType t);
