@@ -9,8 +9,10 @@ Two layers:
     enum, `#define`, struct and `TE_API` function of `te.h` as Julia constants, isbits structs
     and raw `ccall` wrappers (`LibTE.te_linear_forward(...)` returns a `te_status`).
   * `src/highlevel.jl`, hand-written: [`Context`](@ref), [`Recipe`](@ref), [`Linear`](@ref),
-    [`BackwardCtx`](@ref) with finalizers and `close`, [`autocast`](@ref), tensor views over
-    Julia arrays, and [`LibTEError`](@ref) for every failed call.
+    [`BackwardCtx`](@ref), [`Group`](@ref) with finalizers and `close`, [`autocast`](@ref),
+    tensor views over Julia arrays, and [`LibTEError`](@ref) for every failed call; and
+    `src/ops.jl`, the FP8 primitives ([`quantize`](@ref), [`cast_transpose`](@ref),
+    [`dequantize`](@ref), [`amax`](@ref), [`gemm`](@ref)) over [`Float8Array`](@ref)s.
 
 # Finding the library
 
@@ -38,6 +40,7 @@ const libte = "libte.so.0"
 
 include("gen/libte_api.jl")
 include("highlevel.jl")
+include("ops.jl")
 
 const _libte_handle = Ref{Ptr{Cvoid}}(C_NULL)
 

@@ -12,11 +12,12 @@
 # thread); a finalizer that finds the lock taken by another thread re-registers itself and runs
 # at a later GC, as Base's documentation for `finalizer` recommends.
 
-export LibTEError, Context, Recipe, Linear, BackwardCtx, Residuals, Group, TensorView,
+export LibTEError, Context, Recipe, Linear, BackwardCtx, Residuals, Group, NcclId, TensorView,
        autocast, autocast_state, forward!, forward, forward_compute!, forward_save, backward!,
        activation!, activation_backward!, describe, recipe_key, scaling_state, save_state,
-       load_state!
+       load_state!, nccl_unique_id
 # Also public, not exported: LibTE.version, status_string, options, stats, synchronize, device,
+# flush_backward, set_stream, residual_tensors, group_id, group_rank, group_size, abort,
 # shape, dtype_of, and every generated te_* / TE_* name.
 
 # ---------------------------------------------------------------------------------------------
@@ -166,6 +167,7 @@ mutable struct Context
     lock::ReentrantLock
     children::Int
     closing::Bool
+    groups::Vector{Any}  # the Groups its autocast scopes used, each retained until the context goes
 
     function Context(; device = :cpu)
         out = Ref{Ptr{te_context}}(C_NULL)
@@ -180,7 +182,7 @@ mutable struct Context
                         use_default_device = 0, device = dev)
             check(te_context_create(out, Ref(opts)))
         end
-        ctx = new(out[], ReentrantLock(), 0, false)
+        ctx = new(out[], ReentrantLock(), 0, false, Any[])
         finalizer(_finalize_context, ctx)
         return ctx
     end
@@ -202,6 +204,8 @@ function _maybe_destroy(ctx::Context)
     if ctx.closing && ctx.children == 0 && ctx.handle != C_NULL
         te_context_destroy(ctx.handle)
         ctx.handle = C_NULL
+        foreach(_release, ctx.groups)
+        empty!(ctx.groups)
     end
     return nothing
 end
@@ -270,6 +274,23 @@ function stats(ctx::Context)
     _with(() -> check(te_context_get_stats(ctx, out)), ctx)
     return out[]
 end
+
+"""
+    flush_backward(ctx)
+
+Runs the amax reduction and gradient-scale update that the pass's first FP8 backward would
+otherwise trigger (`te_autocast_flush_backward`): for a pass whose backward never reaches that
+module.
+"""
+flush_backward(ctx::Context) = (_with(() -> check(te_autocast_flush_backward(ctx)), ctx); nothing)
+
+"""
+    set_stream(ctx, stream::Ptr{Cvoid})
+
+The CUDA stream (`cudaStream_t`) the context's work is ordered on; `C_NULL` is the default
+stream. A CUDA context only.
+"""
+set_stream(ctx::Context, stream::Ptr{Cvoid}) = (_with(() -> check(te_context_set_stream(ctx, stream)), ctx); nothing)
 
 # A handle made with a context: counted, destroyed before it.
 abstract type ContextChild end
@@ -379,30 +400,131 @@ end
 Base.show(io::IO, r::Recipe) = print(io, "Recipe(", isopen(r) ? describe(r) : "closed", ")")
 
 """
-    Group()
+    Group()                                            # single rank: reductions are no-ops
+    Group(rank, nranks, id::NcclId; timeout_ms = nothing)   # NCCL: libte owns the communicator
+    Group(nccl_comm::Ptr{Cvoid})                        # NCCL: borrows your ncclComm_t
 
-A single-rank process group (amax reductions are no-ops); NCCL groups are not available in this
-build. Pass it to [`autocast`](@ref) as `group`. Freed by `close` or the GC: keep it alive while
-any context may still use it.
+A process group for amax reductions; pass it to [`autocast`](@ref) as `group`. The NCCL forms
+need a build with NCCL and a usable GPU (else a [`LibTEError`](@ref) with
+`TE_ERROR_UNSUPPORTED`). `Group(rank, nranks, id)` is collective (every rank calls it with the
+same [`NcclId`](@ref), on its current CUDA device) and fails with `TE_ERROR_NCCL` when not all
+ranks join within `timeout_ms` (libte's default: 10 minutes). A borrowed communicator must
+outlive the group. Freed by `close` or the GC, but not before the last context whose scopes used
+it: a context keeps its groups until it is destroyed (its buckets reduce over them later).
+`LibTE.group_id`, `LibTE.group_rank`, `LibTE.group_size`, `LibTE.abort`.
 """
 mutable struct Group
     handle::Ptr{te_group}
+    # This object's reference plus one per context whose scopes used the group: the handle is
+    # destroyed when the last is dropped, so a context never outlives a group it reduces over.
+    refs::Threads.Atomic{Int}
+    closed::Threads.Atomic{Bool}
 
-    function Group()
-        out = Ref{Ptr{te_group}}(C_NULL)
-        check(te_group_create_single(out))
-        g = new(out[])
+    # Takes over a handle (the outer constructors' common tail).
+    function Group(::Val{:handle}, h::Ptr{te_group})
+        g = new(h, Threads.Atomic{Int}(1), Threads.Atomic{Bool}(false))
         finalizer(close, g)
         return g
     end
 end
 
-function Base.close(g::Group)
-    h = g.handle
-    g.handle = C_NULL
-    h != C_NULL && te_group_destroy(h)
+_retain(g::Group) = (Threads.atomic_add!(g.refs, 1); g)
+
+function _release(g::Group)
+    if Threads.atomic_sub!(g.refs, 1) == 1  # that was the last reference
+        h = g.handle
+        g.handle = C_NULL
+        te_group_destroy(h)
+    end
     return nothing
 end
+
+_new_group(h::Ptr{te_group}) = Group(Val(:handle), h)
+
+function Group()
+    out = Ref{Ptr{te_group}}(C_NULL)
+    check(te_group_create_single(out))
+    return _new_group(out[])
+end
+
+"""
+    NcclId
+
+An NCCL unique id (`te_nccl_id`, 128 bytes): made by [`nccl_unique_id`](@ref) on one rank and
+shared with the others out of band, as bytes: `Vector{UInt8}(id)` and `NcclId(bytes)`.
+"""
+struct NcclId
+    raw::te_nccl_id
+end
+
+function NcclId(bytes::AbstractVector{UInt8})
+    length(bytes) == sizeof(te_nccl_id) ||
+        throw(ArgumentError("an NCCL id is $(sizeof(te_nccl_id)) bytes, got $(length(bytes))"))
+    return NcclId(te_nccl_id(ntuple(i -> reinterpret(Cchar, bytes[i]), Val(sizeof(te_nccl_id)))))
+end
+
+Base.Vector{UInt8}(id::NcclId) = UInt8[reinterpret(UInt8, c) for c in id.raw.internal]
+Base.:(==)(a::NcclId, b::NcclId) = a.raw.internal == b.raw.internal
+
+"""`nccl_unique_id() -> NcclId`: a new NCCL id (`te_nccl_get_unique_id`), on one rank."""
+function nccl_unique_id()
+    out = Ref(zeroed(te_nccl_id))
+    check(te_nccl_get_unique_id(out))
+    return NcclId(out[])
+end
+
+function Group(rank::Integer, nranks::Integer, id::NcclId; timeout_ms::Union{Nothing,Integer} = nothing)
+    out = Ref{Ptr{te_group}}(C_NULL)
+    if timeout_ms === nothing
+        check(te_group_init_nccl(out, Int32(rank), Int32(nranks), Ref(id.raw)))
+    else
+        opts = with(initialized(te_group_nccl_options_init, te_group_nccl_options); timeout_ms = Int32(timeout_ms))
+        check(te_group_init_nccl_with_options(out, Int32(rank), Int32(nranks), Ref(id.raw), Ref(opts)))
+    end
+    return _new_group(out[])
+end
+
+function Group(nccl_comm::Ptr{Cvoid})
+    out = Ref{Ptr{te_group}}(C_NULL)
+    check(te_group_create_nccl(out, nccl_comm))
+    return _new_group(out[])
+end
+
+function _live(g::Group)
+    g.closed[] && throw(ArgumentError("this libte Group is closed"))
+    return g.handle
+end
+
+Base.isopen(g::Group) = !g.closed[]
+
+"""
+`close(g::Group)`: no new scope may use the group; it is destroyed now, or when the last context
+whose scopes used it is destroyed. Idempotent.
+"""
+function Base.close(g::Group)
+    Threads.atomic_cas!(g.closed, false, true) || _release(g)
+    return nothing
+end
+
+"""`group_id(g)`: the group's process-unique id (never 0)."""
+group_id(g::Group) = GC.@preserve g te_group_id(_live(g))
+"""`group_rank(g)`: this process's rank in the group."""
+group_rank(g::Group) = Int(GC.@preserve g te_group_rank(_live(g)))
+"""`group_size(g)`: the number of ranks."""
+group_size(g::Group) = Int(GC.@preserve g te_group_size(_live(g)))
+
+"""
+    abort(g::Group)
+
+Aborts the NCCL communicator the group owns (from a watchdog thread, when a peer died), so a
+`synchronize` blocked on one of its reductions returns; afterwards every reduction over the group
+fails: close it and make a new one. `TE_ERROR_INVALID_STATE` for a single-rank group or a
+borrowed communicator. Aborting twice is a no-op.
+"""
+abort(g::Group) = (GC.@preserve g check(te_group_abort(_live(g))); nothing)
+
+Base.show(io::IO, g::Group) =
+    print(io, isopen(g) ? "Group(rank $(group_rank(g)) of $(group_size(g)), id $(group_id(g)))" : "Group(closed)")
 
 # ---------------------------------------------------------------------------------------------
 # Autocast
@@ -434,8 +556,9 @@ function autocast(f, ctx::Context; enabled::Bool = true, recipe::Union{Nothing,R
         GC.@preserve recipe group begin
             opts = with(opts; enabled = _bool(enabled), calibrating = _bool(calibrating),
                         recipe = recipe === nothing ? C_NULL : _live(recipe),
-                        group = group === nothing ? C_NULL : group.handle)
+                        group = group === nothing ? C_NULL : _live(group))
             check(te_autocast_begin(ctx, Ref(opts), token))  # the scope retains the recipe
+            group === nothing || any(g -> g === group, ctx.groups) || push!(ctx.groups, _retain(group))
         end
     finally
         unlock(ctx.lock)
@@ -632,6 +755,34 @@ function forward_compute!(y, lin::Linear, x, W, b = nothing; weight_unchanged::B
         finalizer(_finalize_child, r)
         r
     end
+end
+
+"""
+    residual_tensors(res::Residuals) -> (input_t, weight_t, fp8)
+
+What the forward saved for the backward, as copies: after an FP8 forward, x^T and W^T as
+[`Float8Array`](@ref)s (libte's `[in, tokens]` and `[in, out]`, i.e. Julia `tokens × in` and
+`out × in`) and `fp8 = true`; after a high-precision forward, the caller's `x` and `W` and
+`fp8 = false`.
+"""
+function residual_tensors(res::Residuals)
+    return _with(res.ctx) do
+        _live(res)
+        r = res.storage[]
+        r.fp8 == 0 && return (res.keepalive[1], res.keepalive[2], false)
+        (_copy_fp8(r.input_t), _copy_fp8(r.weight_t), true)
+    end
+end
+
+# A Float8Array copy of an FP8 te_tensor libte owns (host memory).
+function _copy_fp8(t::te_tensor)
+    dims = reverse(ntuple(i -> Int(t.shape[i]), Int(t.ndim)))
+    f = Float8Array(undef, t.dtype, dims...; scaling = t.scaling)
+    GC.@preserve f begin
+        unsafe_copyto!(pointer(f.codes), Ptr{UInt8}(t.data), length(f.codes))
+        unsafe_copyto!(pointer(f.scale_inv), t.scale_inv, length(f.scale_inv))
+    end
+    return f
 end
 
 """

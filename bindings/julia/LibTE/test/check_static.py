@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Static checks of the hand-written Julia code of LibTE.jl (no Julia runtime is available).
+"""Static checks of the hand-written Julia code of LibTE.jl, which need no Julia runtime (they still
+run when scripts/test_julia.sh has no Julia to run the code itself).
 
   names      every te_* / TE_* name the high-level layer, the tests and the example use is
              defined by the generated wrappers; every `LibTE.x`, every `using LibTE: x` and every
@@ -22,9 +23,10 @@ ROOT = os.path.normpath(os.path.join(PKG, "..", "..", ".."))
 GEN = os.path.join(PKG, "src", "gen", "libte_api.jl")
 MODULE = os.path.join(PKG, "src", "LibTE.jl")
 HIGHLEVEL = os.path.join(PKG, "src", "highlevel.jl")
+OPS = os.path.join(PKG, "src", "ops.jl")
 TESTS = os.path.join(PKG, "test", "runtests.jl")
 EXAMPLE = os.path.join(ROOT, "examples", "julia", "train_mlp.jl")
-HANDWRITTEN = [MODULE, HIGHLEVEL, TESTS, EXAMPLE]
+HANDWRITTEN = [MODULE, HIGHLEVEL, OPS, TESTS, EXAMPLE]
 
 # Base / Core / stdlib (Test, LinearAlgebra, Libdl, GC) functions and macros the hand-written code
 # calls. A call of anything else must be defined in the package or in the calling file.
@@ -37,6 +39,8 @@ pointer print println Ptr Ref ReentrantLock resize! reverse rethrow round simila
 sprint sqrt startswith occursin showerror string sum tanh throw trylock Tuple typeof UInt16 UInt32
 UInt64 UInt8 unlock unsafe_convert unsafe_load unsafe_string vec VersionNumber view zeros zip cos
 isnothing ndims show cconvert Val first last push! in exp warn nothing iszero new
+UInt isfile Set Symbol eachmatch realpath isnan significand permutedims read something unsafe_copyto!
+join foreach empty! atomic_add! atomic_sub! atomic_cas! Atomic dlsym dlpath reinterpret copyto!
 testset test test_throws assert preserve eval warn time elapsed
 """.split())
 
@@ -186,7 +190,7 @@ def main():
     gen = set(re.findall(r"^function (te_\w+)\(", gen_text, re.M))
     gen |= set(re.findall(r"^const (\w+) =", gen_text, re.M))
     gen |= set(re.findall(r"^struct (\w+)$", gen_text, re.M))
-    hl_text = open(HIGHLEVEL, encoding="utf-8").read()
+    hl_text = open(HIGHLEVEL, encoding="utf-8").read() + "\n" + open(OPS, encoding="utf-8").read()
     mod_text = open(MODULE, encoding="utf-8").read()
     package = gen | defined_names(hl_text) | defined_names(mod_text)
 
@@ -223,7 +227,7 @@ def main():
 
     # Calls in the tests and the example.
     problems = []
-    for path in (TESTS, EXAMPLE, HIGHLEVEL):
+    for path in (TESTS, EXAMPLE, HIGHLEVEL, OPS):
         text = open(path, encoding="utf-8").read()
         code = strip_code(text)
         local = defined_names(text)

@@ -1,16 +1,15 @@
-# LibTE.jl tests: `julia --project=bindings/julia/LibTE -e 'using Pkg; Pkg.test()'` with libte on
-# the loader's path or LIBTE_PATH=/path/to/libte.so.0.
-#
-# NOTE: no Julia runtime could be installed on the project's machines, so this file has not been
-# run there. What does run there is test/check_abi.py (through scripts/test_julia.sh): the
-# generated wrappers against the C compiler and the built library.
+# LibTE.jl tests, run for real by scripts/test_julia.sh (Julia 1.5.3 from Debian bullseye):
+#   LIBTE_PATH=build/release/libte.so.0 julia --project=bindings/julia/LibTE bindings/julia/LibTE/test/runtests.jl
+# or `julia --project=bindings/julia/LibTE -e 'using Pkg; Pkg.test()'`. Standard library only.
 using Test
 using LinearAlgebra
+using Libdl
 using LibTE
 using LibTE: te_autocast_state, TE_SUCCESS, TE_ERROR_INVALID_ARGUMENT, TE_ERROR_INVALID_STATE,
              TE_ERROR_UNSUPPORTED, TE_RECIPE_DELAYED_SCALING, TE_RECIPE_CURRENT_SCALING,
              TE_RECIPE_BLOCK_SCALING, TE_FORMAT_HYBRID, TE_FORMAT_E4M3, TE_DTYPE_F32, TE_DTYPE_E4M3,
-             TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_DEVICE_CPU, TE_VERSION_NUMBER, TE_API_FUNCTIONS
+             TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_DEVICE_CPU, TE_VERSION_NUMBER, TE_API_FUNCTIONS,
+             TE_DTYPE_E5M2, TE_DTYPE_F16, TE_SCALING_BLOCK_1X128, TE_ERROR_NCCL
 
 # Deterministic data without the Random stdlib's version-dependent streams.
 function filled(dims...; seed = 1, scale = 1.0f0)
@@ -23,6 +22,14 @@ function filled(dims...; seed = 1, scale = 1.0f0)
     return A
 end
 
+# The exception f() throws, or nothing.
+thrown(f) = try
+    f()
+    nothing
+catch e
+    e
+end
+
 relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
 
 @testset "LibTE" begin
@@ -31,8 +38,19 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
                                                TE_VERSION_NUMBER % 100)
         @test LibTE.te_version() == TE_VERSION_NUMBER
         @test LibTE.status_string(TE_ERROR_INVALID_ARGUMENT) == "TE_ERROR_INVALID_ARGUMENT"
-        @test length(TE_API_FUNCTIONS) == 57
+        # every TE_API function of the header is wrapped, and the loaded library exports it
+        header = joinpath(@__DIR__, "..", "..", "..", "..", "capi", "include", "te", "te.h")
+        if isfile(header)
+            declared = Set(Symbol(m.captures[1]) for m in
+                           eachmatch(r"TE_API[^;(]*?\b(te_\w+)\s*\(", read(header, String)))
+            @test Set(TE_API_FUNCTIONS) == declared
+        end
         @test all(f -> isdefined(LibTE, f), TE_API_FUNCTIONS)
+        lib = Libdl.dlopen(LibTE.libte)
+        @test all(f -> Libdl.dlsym(lib, f; throw_error = false) !== nothing, TE_API_FUNCTIONS)
+        if LibTE.libte_path() !== nothing  # LIBTE_PATH names the copy every ccall uses
+            @test realpath(Libdl.dlpath(lib)) == realpath(LibTE.libte_path())
+        end
         # the generated structs are plain data of the C sizes (check_abi.py verifies every one)
         @test sizeof(LibTE.te_tensor) == 104
         @test isbitstype(LibTE.te_linear_residuals)
@@ -296,6 +314,176 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         n = Ref{Int64}(0)
         @test LibTE.te_tensor_scale_inv_count(n, Ref(f8.t)) == TE_SUCCESS
         @test n[] == 1
+    end
+
+    @testset "FP8 primitives: quantize, cast_transpose, dequantize, amax" begin
+        ctx = Context()
+        x = filled(64, 32; seed = 7, scale = 3.0f0)   # Julia 64 × 32 = libte [32, 64]
+        @test amax(ctx, x) == maximum(abs, x)
+        @test isnan(amax(ctx, Float32[1, NaN, 2]))
+
+        # Current scaling (no scale given): scale = 448 / amax, codes decode to x within E4M3's
+        # precision (3 mantissa bits: relative error <= 2^-4 per element).
+        q = quantize(ctx, x)
+        @test q isa Float8Array && size(q) == size(x) && q.dtype == TE_DTYPE_E4M3
+        @test length(q.scale_inv) == 1
+        @test q.scale_inv[1] ≈ maximum(abs, x) / 448
+        d = dequantize(ctx, q)
+        @test size(d) == size(x) && eltype(d) == Float32
+        @test all(abs.(d .- x) .<= abs.(x) ./ 16 .+ 1e-6)
+        @test maximum(abs, d) ≈ maximum(abs, x)
+        @test eltype(dequantize(ctx, q; T = Float16)) == Float16
+
+        # Delayed scaling: the given scale is used, scale_inv = 1 / scale; amax accumulates.
+        acc = Float32[0.5]
+        q2 = quantize(ctx, x; dtype = :e5m2, scale = 2.0f0, amax = acc)
+        @test q2.dtype == TE_DTYPE_E5M2 && q2.scale_inv[1] == 0.5f0
+        @test acc[1] == max(0.5f0, maximum(abs, x))
+        @test relerr(dequantize(ctx, q2), x) < 0.2
+        # Into an existing Float8Array; power-of-2 scales keep only the exponent.
+        q3 = Float8Array(undef, :e4m3, size(x)...)
+        quantize!(q3, ctx, x; power_of_2_scales = true)
+        @test significand(q3.scale_inv[1]) == 1  # a power of 2
+
+        # cast_transpose: per tensor, out_t is exactly the transpose of out, same scale.
+        out, out_t = cast_transpose(ctx, x)
+        @test size(out_t) == reverse(size(x))
+        @test out.codes == q.codes
+        @test out_t.codes == permutedims(out.codes)
+        @test out_t.scale_inv == out.scale_inv
+        o1, o2 = cast_transpose!(nothing, Float8Array(undef, :e4m3, 32, 64), ctx, x)
+        @test o1 === nothing && o2.codes == out_t.codes
+
+        # Block scaling: one scale_inv per 1x128 block of each row of libte's [rows, cols].
+        xb = filled(256, 32; seed = 8)               # libte [32, 256]: 2 blocks per row
+        qb = quantize(ctx, xb; scaling = :block_1x128)
+        @test qb.scaling == TE_SCALING_BLOCK_1X128 && length(qb.scale_inv) == 32 * 2
+        @test relerr(dequantize(ctx, qb), xb) < 0.05
+
+        # Errors: libte's, and the Julia side's.
+        @test_throws ArgumentError quantize(ctx, x; dtype = :e3m4)
+        @test_throws LibTEError quantize!(Float8Array(undef, :e4m3, 16, 16), ctx, x)   # shape
+        @test_throws LibTEError quantize(ctx, x; scaling = :block_1x128, scale = 1.0f0)
+        @test_throws ArgumentError quantize(ctx, x; amax = 1.0)
+        close(ctx)
+    end
+
+    @testset "GEMM vs a Float64 reference" begin
+        ctx = Context()
+        # libte D[m, n] = op(A)[m, k] op(B)[k, n]; in Julia terms D = op(B) * op(A).
+        m, n, k = 32, 48, 64
+        A = filled(k, m; seed = 11)          # libte A [m, k]
+        B = filled(n, k; seed = 12)          # libte B [k, n]
+        D = gemm(ctx, A, B)
+        @test size(D) == (n, m)
+        @test relerr(D, Float64.(B) * Float64.(A)) < 1e-5
+        Bt = permutedims(B)                  # libte [n, k]
+        @test relerr(gemm(ctx, A, Bt; transb = true), Float64.(B) * Float64.(A)) < 1e-5
+        At = permutedims(A)
+        @test relerr(gemm(ctx, At, B; transa = true), Float64.(B) * Float64.(A)) < 1e-5
+        # bias + GELU epilogue, pre-GELU values kept; accumulate adds the old D.
+        bias = filled(n; seed = 13)
+        pre = zeros(Float32, n, m)
+        G = gemm(ctx, A, B; bias = bias, gelu = true, gelu_input = pre)
+        ref = Float64.(B) * Float64.(A) .+ Float64.(bias)
+        gelu64(v) = 0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v^3)))
+        @test relerr(pre, ref) < 1e-5
+        @test relerr(G, gelu64.(ref)) < 1e-5
+        D2 = copy(D)
+        gemm!(D2, ctx, A, B; accumulate = true)
+        @test relerr(D2, 2 .* Float64.(D)) < 1e-5
+        @test_throws ArgumentError gemm(ctx, A, B; accumulate = true)
+
+        # FP8: both operands K-major (transa = false, transb = true: D = B' * A in Julia), the
+        # result that of the dequantized operands, accumulated in fp32.
+        qa = quantize(ctx, A)                # libte [m, k]
+        qb = quantize(ctx, Bt; dtype = :e4m3) # Julia k × n: libte [n, k]
+        D8 = gemm(ctx, qa, qb; transb = true)
+        @test size(D8) == (n, m)
+        Ad, Bd = Float64.(dequantize(ctx, qa)), Float64.(dequantize(ctx, qb))
+        @test relerr(D8, Bd' * Ad) < 1e-5
+        @test relerr(D8, Float64.(B) * Float64.(A)) < 0.1
+        # ...and cuBLASLt's rules on every backend
+        err = try
+            gemm(ctx, qa, qb)
+            nothing
+        catch e
+            e
+        end
+        @test err isa LibTEError && err.status in (TE_ERROR_INVALID_ARGUMENT, TE_ERROR_UNSUPPORTED)
+        @test_throws LibTEError gemm(ctx, quantize(ctx, A; dtype = :e5m2), quantize(ctx, Bt; dtype = :e5m2); transb = true)
+        close(ctx)
+    end
+
+    @testset "groups, NCCL ids, flush_backward, residuals, streams" begin
+        g = Group()
+        @test LibTE.group_rank(g) == 0 && LibTE.group_size(g) == 1
+        @test LibTE.group_id(g) != 0 && LibTE.group_id(Group()) != LibTE.group_id(g)
+        @test occursin("rank 0 of 1", sprint(show, g))
+        err = try
+            LibTE.abort(g)  # a single-rank group has no communicator
+            nothing
+        catch e
+            e
+        end
+        @test err isa LibTEError && err.status == TE_ERROR_INVALID_STATE
+        close(g)
+        @test !isopen(g)
+        @test_throws ArgumentError LibTE.group_rank(g)
+
+        # NCCL needs a GPU (and a build with NCCL): here it may be unsupported.
+        bytes = UInt8.(0:127)
+        @test Vector{UInt8}(NcclId(bytes)) == bytes
+        @test_throws ArgumentError NcclId(zeros(UInt8, 3))
+        id = try
+            nccl_unique_id()
+        catch e
+            e
+        end
+        if id isa NcclId
+            @test length(Vector{UInt8}(id)) == 128
+        else
+            @test id isa LibTEError && id.status in (TE_ERROR_UNSUPPORTED, TE_ERROR_NCCL)
+        end
+        e = thrown(() -> Group(0, 2, NcclId(bytes); timeout_ms = 1000))  # rank 1 never joins
+        @test e isa LibTEError && e.status in (TE_ERROR_UNSUPPORTED, TE_ERROR_NCCL)
+        e = thrown(() -> Group(Ptr{Cvoid}(C_NULL)))
+        @test e isa LibTEError && e.status in (TE_ERROR_UNSUPPORTED, TE_ERROR_INVALID_ARGUMENT)
+
+        ctx = Context()
+        @test_throws LibTEError LibTE.set_stream(ctx, Ptr{Cvoid}(UInt(0x1000)))  # a CPU context
+        LibTE.set_stream(ctx, Ptr{Cvoid}(C_NULL))
+        lin = Linear(ctx, 64, 32)
+        x, W, b = filled(64, 32; seed = 21), filled(64, 32; seed = 22, scale = 0.125f0), zeros(Float32, 32)
+        y = zeros(Float32, 32, 32)
+        recipe = Recipe(:delayed; amax_history_len = 4)
+        g2 = Group()
+        res = autocast(() -> forward_compute!(y, lin, x, W, b), ctx; recipe = recipe, group = g2)
+        xt, wt, fp8 = LibTE.residual_tensors(res)
+        @test fp8
+        @test size(xt) == (32, 64) && size(wt) == (32, 64)   # libte x^T [in, tokens], W^T [in, out]
+        @test relerr(dequantize(ctx, xt), permutedims(x)) < 0.1
+        @test relerr(dequantize(ctx, wt), permutedims(W)) < 0.1
+        bwd = forward_save(res, lin)
+        # The pass's backward reduction can be flushed without running the backward.
+        before = LibTE.stats(ctx).bucket_updates
+        LibTE.flush_backward(ctx)
+        LibTE.flush_backward(ctx)  # nothing pending: a no-op
+        @test LibTE.stats(ctx).bucket_updates == before
+        backward!(bwd, ones(Float32, 32, 32); dw = zeros(Float32, 64, 32), once = true)
+        LibTE.flush_backward(ctx)
+        @test LibTE.stats(ctx).bucket_updates > before   # the pass's backward bucket was reduced
+        close(bwd)
+        res2 = forward_compute!(y, lin, x, W, b)   # high precision: the caller's arrays
+        xh, wh, fp8h = LibTE.residual_tensors(res2)
+        @test !fp8h && xh === x && wh === W
+        close(res2)
+        # The context keeps its scopes' groups: closing one only marks it.
+        close(g2)
+        @test !isopen(g2) && g2.handle != C_NULL
+        @test_throws ArgumentError autocast(() -> nothing, ctx; group = g2)
+        close(lin); close(ctx)
+        @test g2.handle == C_NULL   # freed with the context
     end
 
     @testset "finalizers and close order" begin
