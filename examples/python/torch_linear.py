@@ -6,13 +6,23 @@ Checked against torch.nn.Linear on the same parameters: with autocast disabled t
 match to fp32 rounding; with FP8 (current scaling) within FP8's error. Tensors cross over DLPack
 with no copy (CPU tensors here; CUDA tensors once libte's CUDA backend exists).
 
-    LIBTE_PATH=build/release PYTHONPATH=bindings/python python3 examples/python/torch_linear.py
+    LIBTE_PATH=build/release PYTHONPATH=bindings/python python3 examples/python/torch_linear.py [cpu|cuda]
 
+The device defaults to the GPU when both PyTorch and libte can use one, else the CPU.
 Exit 0 when every check passes (or, with a message, when PyTorch is not installed), 1 on a
-mismatch.
+mismatch, 2 on a bad argument.
 """
 
 import sys
+
+if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1] not in ("cpu", "cuda")):
+        sys.stderr.write("torch_linear.py: expected at most one argument, cpu or cuda; got %s\n\n%s"
+                         % (" ".join(sys.argv[1:]), __doc__))
+        sys.exit(2)
 
 try:
     import torch

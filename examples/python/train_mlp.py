@@ -18,6 +18,7 @@ Exit:   0  FP8 converged: final loss far below the initial loss and within 10% o
 """
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -168,6 +169,7 @@ def main(argv=None):
             f.write("step,loss_fp8,loss_fp32\n")
             for i in range(steps):
                 f.write("%d,%.9g,%.9g\n" % (i, loss_fp8[i], loss_fp32[i]))
+        print("loss curves written to %s" % os.path.abspath(args.csv))
     return 0 if converged and within else 1
 
 
