@@ -6,7 +6,7 @@
 #   4. runs pytest against both low-level backends (LIBTE_BACKEND=ctypes, then swig), with
 #      LIBTE_PATH=build/release;
 #   5. runs the Python demo (examples/python/train_mlp.py) and the PyTorch example (which skips
-#      without torch).
+#      without torch), and checks that both answer --help with their usage and exit 0.
 # Idempotent. Every step runs even when an earlier one failed; exit status non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,9 +41,13 @@ echo "==== [python] SWIG extension"
 export LIBTE_PATH="$root/build/release"
 export PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 
+# TE_TEST_REPORT_DIR (set by scripts/test.sh): each run's JUnit XML goes there, as
+# pytest-<backend>.xml, for the summary's counts and failing test names.
 for backend in ctypes swig; do
   echo "==== [python] pytest, LIBTE_BACKEND=$backend"
-  LIBTE_BACKEND=$backend "$python" -m pytest -p no:cacheprovider bindings/python/tests ||
+  report=()
+  [[ -n "${TE_TEST_REPORT_DIR:-}" ]] && report=("--junitxml=$TE_TEST_REPORT_DIR/pytest-$backend.xml")
+  LIBTE_BACKEND=$backend "$python" -m pytest -p no:cacheprovider -rfE "${report[@]}" bindings/python/tests ||
     failed+=("pytest ($backend)")
 done
 
@@ -52,6 +56,16 @@ echo "==== [python] examples/python/train_mlp.py"
   failed+=("train_mlp.py")
 echo "==== [python] examples/python/torch_linear.py"
 "$python" examples/python/torch_linear.py || failed+=("torch_linear.py")
+for ex in train_mlp.py torch_linear.py; do
+  echo "==== [python] examples/python/$ex --help"
+  help_dir="$(mktemp -d)"
+  if (cd "$help_dir" && "$python" "$root/examples/python/$ex" --help) && [[ -z "$(ls -A "$help_dir")" ]]; then
+    echo "PASS $ex --help"
+  else
+    failed+=("$ex --help")
+  fi
+  rm -rf "$help_dir"
+done
 
 if [[ ${#failed[@]} -gt 0 ]]; then
   printf 'FAILED: %s\n' "${failed[@]}"

@@ -6,7 +6,8 @@
 #      the installed te.pc is what libte-sys's build script finds;
 #   4. regenerates the -sys bindings and fails if they differ from the checked-in file;
 #   5. `cargo test --offline` (unit, integration, layout and doc tests);
-#   6. `cargo run --offline --example train_mlp --release` (FP8 within 10% of FP32, or exit 1).
+#   6. `cargo run --offline --example train_mlp --release` (FP8 within 10% of FP32, or exit 1), and
+#      its `--help` (usage, exit 0).
 # Idempotent; cargo's target dir is bindings/rust/target (git-ignored). Every step runs even
 # when an earlier one failed (except when there is nothing to test against); the exit status is
 # non-zero when any failed. Environment: TE_TEST_JOBS (parallel build jobs, default nproc).
@@ -38,7 +39,8 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-log "$(cargo --version), $(bindgen --version 2>/dev/null | head -1)"
+bindgen_version="$(bindgen --version 2>/dev/null || true)"  # captured whole: no `| head` under pipefail
+log "$(cargo --version), ${bindgen_version%%$'\n'*}"
 
 # ---- 2 + 3. libte, installed into a temporary prefix -------------------------------------------
 jobs="${TE_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
@@ -81,6 +83,14 @@ awk '/^test result:/ { for (i = 1; i <= NF; ++i) { if ($(i+1) ~ /^passed;/) p +=
 echo "==== [rust] cargo run --example train_mlp --release"
 if ! cargo run --offline --example train_mlp --release; then
   failed+=("example train_mlp")
+fi
+
+echo "==== [rust] cargo run --example train_mlp --release -- --help"
+help_out="$(cargo run --offline --quiet --example train_mlp --release -- --help 2>&1)" && help_rc=0 || help_rc=$?
+echo "$help_out"
+if [[ $help_rc -ne 0 || "$help_out" != *Usage:* || -e --help ]]; then
+  rm -f -- --help
+  failed+=("example train_mlp --help")
 fi
 
 echo "==== [rust] summary"
