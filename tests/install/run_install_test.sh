@@ -54,13 +54,18 @@ lib="$prefix/$libdir"
 [[ "$(readlink "$lib/libte.so")" == "libte.so.$major" ]] || fail "libte.so -> $(readlink "$lib/libte.so"), expected libte.so.$major"
 soname="$(readelf -d "$lib/libte.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')"
 [[ "$soname" == "libte.so.$major" ]] || fail "SONAME is '$soname', expected libte.so.$major"
-if readelf -d "$lib/libte.so.$version" | grep -Eq '\((RPATH|RUNPATH)\)'; then
+# Outputs are captured whole and then searched: never `producer | grep -q` (or `| head`), which
+# under pipefail fails whenever grep exits before the producer has written everything (SIGPIPE).
+dynamic="$(readelf -d "$lib/libte.so.$version")" || fail "readelf -d failed"
+if grep -Eq '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
   fail "the installed libte.so still carries an RPATH/RUNPATH (a build-tree path)"
 fi
 # Only the C API leaves the library (visibility hidden + capi/libte.map).
-leaked="$(nm -D --defined-only "$lib/libte.so.$version" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | grep -v '^te_' || true)"
-[[ -z "$leaked" ]] || fail "libte.so exports symbols outside te_*: $(echo "$leaked" | head -5 | tr '\n' ' ')"
-nm -D --defined-only "$lib/libte.so.$version" | awk '{sub(/@.*/, "", $3); print $3}' | grep -qx 'te_version_string' || fail "te_version_string is not exported"
+exported="$(nm -D --defined-only "$lib/libte.so.$version" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}')" ||
+  fail "nm -D failed"
+leaked="$(grep -v '^te_' <<<"$exported" || true)"
+[[ -z "$leaked" ]] || fail "libte.so exports symbols outside te_*: $(sed -n '1,5p' <<<"$leaked" | tr '\n' ' ')"
+grep -qx 'te_version_string' <<<"$exported" || fail "te_version_string is not exported"
 for f in te.pc; do [[ -f "$lib/pkgconfig/$f" ]] || fail "missing $libdir/pkgconfig/$f"; done
 for f in teConfig.cmake teConfigVersion.cmake teTargets.cmake; do
   [[ -f "$lib/cmake/te/$f" ]] || fail "missing $libdir/cmake/te/$f"
@@ -73,9 +78,9 @@ fi
 run_consumer() {  # name binary
   local out
   out="$(LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$2" 2>&1)" || { echo "$out" >&2; fail "$1 consumer exited non-zero"; }
-  echo "$out" | sed 's/^/   | /'
-  echo "$out" | grep -q "^libte $version " || fail "$1 consumer did not report libte $version"
-  echo "$out" | grep -q "^consumer: OK$" || fail "$1 consumer did not finish"
+  sed 's/^/   | /' <<<"$out"
+  grep -q "^libte $version " <<<"$out" || fail "$1 consumer did not report libte $version"
+  grep -q "^consumer: OK$" <<<"$out" || fail "$1 consumer did not finish"
   # It must have run against the installed copy, not the build tree's.
   local resolved
   resolved="$(LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$2" | awk '$1 == "libte.so.'"$major"'" {print $3}')"
