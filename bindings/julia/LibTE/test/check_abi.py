@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks the generated Julia wrappers (src/gen/libte_api.jl) against the C compiler.
 
-No Julia runtime exists on the project's machines, so this is how LibTE.jl is tested there. The
-script does not reuse the generator: it parses the *Julia file*, models Julia's own layout of
+It needs no Julia: it catches header drift and layout mistakes also where no Julia can be
+installed (scripts/test_julia.sh runs it before runtests.jl). The script does not reuse the
+generator: it parses the *Julia file*, models Julia's own layout of
 every `struct` it declares (isbits structs are laid out by the C rules: each field at the next
 multiple of its alignment, the size rounded up to the largest alignment; `NTuple{N, T}` is N
 T's; `Ptr` is 8 bytes), and compiles a C++17 program against the real header (te.h is also
