@@ -8,6 +8,7 @@
 #          tests, `pip install bindings/python`), tree-sitter + tree-sitter-julia (the Julia
 #          binding's syntax check)
 #   scripts/install_deps.sh --julia   a Julia runtime for the Julia binding's suite (see below)
+#   scripts/install_deps.sh --apt PKG...   these apt packages (what test_rust.sh needs, ...)
 #
 # The Rust suite installs cargo, rustfmt and bindgen itself (scripts/test_rust.sh).
 #
@@ -258,6 +259,21 @@ if [[ "${1:-}" == "--julia" ]]; then
   rc=0
   install_julia || rc=$?
   exit "$rc"
+elif [[ "${1:-}" == "--apt" ]]; then
+  # The other suites' own apt packages (test_python.sh, test_rust.sh), with the same lock
+  # handling and the same answer without root.
+  shift
+  [[ $# -gt 0 ]] || exit 0
+  if ! have_cmd apt-get; then log "apt-get not found; please install: $*"; exit 1; fi
+  if [[ $can_root -eq 0 ]]; then
+    log "need root (or password-less sudo) to install: $*"
+    log "run as root: apt-get install -y --no-install-recommends $*"
+    exit 1
+  fi
+  log "apt-get install $*"
+  apt_update || { log "apt-get update failed"; exit 1; }
+  apt_install "$@" || { log "apt-get install $* failed"; exit 1; }
+  exit 0
 elif [[ $# -gt 0 ]]; then
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
   [[ "$1" == "-h" || "$1" == "--help" ]] && exit 0

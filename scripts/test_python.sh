@@ -11,6 +11,10 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -uo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
+
 root="$(pwd)"
 failed=()
 
@@ -26,13 +30,7 @@ inc="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 [[ -f "$inc/Python.h" ]] || need+=(python3-dev)
 if [[ ${#need[@]} -gt 0 ]]; then
   echo "==== [python] apt-get install ${need[*]}"
-  if [[ $(id -u) -eq 0 ]]; then
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } ||
-      failed+=("apt-get install ${need[*]}")
-  else
-    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" ||
-      failed+=("apt-get install ${need[*]}")
-  fi
+  bash scripts/install_deps.sh --apt "${need[@]}" || failed+=("apt-get install ${need[*]}")
 fi
 
 echo "==== [python] SWIG extension"

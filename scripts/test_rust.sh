@@ -13,6 +13,10 @@
 # non-zero when any failed. Environment: TE_TEST_JOBS (parallel build jobs, default nproc).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
 root=$PWD
 
 log() { echo "test_rust: $*" >&2; }
@@ -29,15 +33,8 @@ have_cmd rustfmt || missing+=(rustfmt)
 have_cmd bindgen || missing+=(bindgen)
 have_cmd pkg-config || missing+=(pkg-config)
 if [[ ${#missing[@]} -gt 0 ]]; then
-  sudo_cmd=()
-  if [[ $(id -u) -ne 0 ]]; then
-    if have_cmd sudo; then sudo_cmd=(sudo); else log "need root (or sudo) to install: ${missing[*]}"; exit 1; fi
-  fi
-  have_cmd apt-get || { log "apt-get not found; please install: ${missing[*]}"; exit 1; }
-  log "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # waits for apt's locks; without root it prints the apt-get line to run (and this suite stops)
+  bash scripts/install_deps.sh --apt "${missing[@]}"
 fi
 bindgen_version="$(bindgen --version 2>/dev/null || true)"  # captured whole: no `| head` under pipefail
 log "$(cargo --version), ${bindgen_version%%$'\n'*}"
