@@ -287,8 +287,8 @@ flush_backward(ctx::Context) = (_with(() -> check(te_autocast_flush_backward(ctx
 """
     set_stream(ctx, stream::Ptr{Cvoid})
 
-The CUDA stream (`cudaStream_t`) the context's work is ordered on; `C_NULL` is the default
-stream. A CUDA context only.
+The CUDA stream (`cudaStream_t`) the context's work is ordered on; `C_NULL` is the legacy
+default stream. A CPU context accepts only `C_NULL` (anything else: `TE_ERROR_INVALID_ARGUMENT`).
 """
 set_stream(ctx::Context, stream::Ptr{Cvoid}) = (_with(() -> check(te_context_set_stream(ctx, stream)), ctx); nothing)
 
