@@ -1,0 +1,1037 @@
+// The sweep's fixture table: one VALID call per TE_API function of te.h, and what the header
+// says about its arguments where the generic rules of sweep_main.cpp need to know:
+//
+//   .null_ok(path, words)     the header allows NULL there (its words, quoted)
+//   .boolean / .not_boolean   how an int parameter is read (0/1 flags get the mutation 2)
+//   .tensor(path, dt, shape)  the valid call's tensors (which tensor mutations apply)
+//   .wrong_dtype(path, dt)    a valid dtype this argument cannot take, where the default
+//                             (F32 <-> BF16, FP8 -> F32) would be valid or blame another argument
+//   .inout / .filled          non-const struct arguments that are read / te_tensor outputs
+//                             written as a whole
+//   .valid(statuses, words)   the valid call cannot succeed in every build (NCCL)
+//   .expect(glob, Expect)     a mutation whose documented outcome is not the default
+//                             (INVALID_ARGUMENT naming the argument), with the header's words
+//   .skip(glob, why)          a mutation that does not apply
+//   .extra(name, fn, Expect)  hand-written mutations the types cannot suggest
+//   .getter(Expect)           what a getter that cannot fail returns for bad arguments
+//
+// A function added to te.h without an entry here fails the sweep (case <function>__no_fixture).
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "sweep.h"
+
+namespace sweep {
+
+namespace {
+
+using te_test::make_tensor;
+using te_test::random_tensor;
+
+constexpr int64_t N = World::N;
+const auto IA = TE_ERROR_INVALID_ARGUMENT;
+const auto IS = TE_ERROR_INVALID_STATE;
+const auto UNSUP = TE_ERROR_UNSUPPORTED;
+const auto OOM = TE_ERROR_OUT_OF_MEMORY;
+
+HostTensor &input(World &w, te_dtype dt, std::vector<int64_t> shape, uint32_t seed) {
+  return w.keep(random_tensor(dt, std::move(shape), -2, 2, seed));
+}
+// Outputs start as the 0xA5 sentinel.
+HostTensor &output(World &w, te_dtype dt, std::vector<int64_t> shape,
+                   te_scaling_mode mode = TE_SCALING_PER_TENSOR) {
+  return w.keep(make_tensor(dt, std::move(shape), mode));
+}
+
+te_linear_forward_args &fwd_args(World &w) {
+  te_linear_forward_args &a = w.keep(te_linear_forward_args{});
+  w.ok(te_linear_forward_args_init(&a), "te_linear_forward_args_init");
+  a.input = w.x.get();
+  a.weight = w.w.get();
+  a.bias = w.b.get();
+  return a;
+}
+
+te_linear_residuals &new_residuals(World &w, te_linear *lin) {
+  te_linear_residuals &r = w.keep(te_linear_residuals{});
+  r.struct_size = sizeof r;
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  w.ok(te_linear_forward_compute(w.ctx, lin, &fwd_args(w), y.get(), &r), "te_linear_forward_compute (fixture)");
+  return r;
+}
+
+std::vector<unsigned char> &saved_state(World &w, te_linear *lin) {
+  size_t n = 0;
+  w.ok(te_linear_state_save(w.ctx, lin, nullptr, 0, &n), "te_linear_state_save (size)");
+  std::vector<unsigned char> &buf = w.keep(std::vector<unsigned char>(n));
+  w.ok(te_linear_state_save(w.ctx, lin, buf.data(), n, &n), "te_linear_state_save");
+  return buf;
+}
+
+te_quantize_options &quantize_opts(World &w) {
+  te_quantize_options &o = w.keep(te_quantize_options{});
+  w.ok(te_quantize_options_init(&o), "te_quantize_options_init");
+  o.scale = &w.keep(2.0f);
+  o.amax = &w.keep(0.0f);
+  return o;
+}
+
+// A linear of a second context (and that context).
+te_linear *other_context_linear(World &w, te_context **ctx2 = nullptr) {
+  te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+  if (ctx2) *ctx2 = c2;
+  te_linear_options o;
+  std::memset(&o, 0, sizeof o);
+  w.ok(te_linear_options_init(&o), "te_linear_options_init");
+  o.in_features = N;
+  o.out_features = N;
+  o.activation_dtype = TE_DTYPE_F32;
+  te_linear *l = nullptr;
+  w.ok(te_linear_create(&l, c2, &o), "te_linear_create (other context)");
+  return l;
+}
+
+// ---- DLPack, written out from the spec (as tests/api/test_primitives.cpp) ------------------
+struct DLDevice { int32_t device_type; int32_t device_id; };
+struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
+struct DLTensor {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx; void (*deleter)(DLManagedTensor *); };
+struct DLPackVersion { uint32_t major; uint32_t minor; };
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned *);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+enum : uint8_t { kDLUInt = 1, kDLFloat = 2 };
+enum : int32_t { kDLCPU = 1, kDLVulkan = 7 };
+
+// A uint8 [4, 8] CPU tensor (viewed as FP8), its shape and strides in arrays of 16.
+struct DLFix {
+  alignas(64) unsigned char buf[256] = {};
+  int64_t shape[16] = {4, 8};
+  int64_t strides[16] = {8, 1};
+  DLManagedTensor m{};
+  DLFix() {
+    m.dl_tensor.data = buf;
+    m.dl_tensor.device = {kDLCPU, 0};
+    m.dl_tensor.ndim = 2;
+    m.dl_tensor.dtype = {kDLUInt, 8, 1};
+    m.dl_tensor.shape = shape;
+  }
+};
+// The dl_managed_tensor of a te_tensor_from_dlpack call, copied so that a mutation leaves the
+// valid one alone.
+DLFix &dl_copy(World &w) { return w.emplace<DLFix>(); }
+
+const char *kNcclWhy = "UNSUPPORTED in builds without NCCL or without a usable GPU";
+
+// Every case of a function whose valid call is UNSUPPORTED in builds without NCCL.
+Expect nccl_reject() { return reject({IA, UNSUP}, kNcclWhy); }
+
+}  // namespace
+
+const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
+  static const std::map<std::string, std::pair<bool, std::string>> m = {
+      {"te_context_options.use_default_device", {true, "1 (default): CUDA 0 when usable, else the CPU"}},
+      {"te_context_options.device.index", {false, "CUDA ordinal; 0 for the CPU"}},
+      {"te_recipe_options.margin", {false, "0..127"}},
+      {"te_recipe_options.amax_history_len", {false, "1..65536"}},
+      {"te_recipe_options.reduce_amax", {true, "default 1"}},
+      {"te_recipe_options.power_of_2_scales", {true, "keep only the scale's exponent"}},
+      {"te_recipe_options.fprop_split_accumulator", {true, "default 0"}},
+      {"te_recipe_options.dgrad_split_accumulator", {true, "default 1"}},
+      {"te_recipe_options.wgrad_split_accumulator", {true, "default 1"}},
+      {"te_group_nccl_options.timeout_ms", {false, "0: no limit"}},
+      {"te_autocast_options.enabled", {true, "default 1"}},
+      {"te_autocast_options.calibrating", {true, "default 0"}},
+      {"te_linear_options.bias", {true, "default 1"}},
+      {"te_linear_options.fuse_wgrad_accumulation", {true, "default 0; 1: ..."}},
+      {"te_linear_forward_args.weight_unchanged", {true, "1: W is the same ...; default 0"}},
+      {"te_linear_backward_args.flags", {false, "TE_BACKWARD_ONCE: a set of flags"}},
+      {"te_quantize_options.power_of_2_scales", {true, "keep only the exponent"}},
+      {"te_gemm_options.transa", {true, "op(A) = A^T"}},
+      {"te_gemm_options.transb", {true, "op(B) = B^T"}},
+      {"te_gemm_options.accumulate", {true, "the result includes the old D"}},
+      {"te_gemm_options.use_split_accumulator", {true, "FP8: promote partial sums"}},
+  };
+  return m;
+}
+
+const std::vector<Fixture> &fixtures() {
+  static const std::vector<Fixture> table = [] {
+    std::vector<Fixture> t;
+
+    // ---- versions and errors --------------------------------------------------------------
+    t.push_back(Def<args::te_version>([](World &, args::te_version &) {})
+                    .check([](World &, const args::te_version &, const CallResult &r) {
+                      return r.value == TE_VERSION_NUMBER ? "" : "not TE_VERSION_NUMBER";
+                    }));
+    t.push_back(Def<args::te_version_string>([](World &, args::te_version_string &) {})
+                    .check([](World &, const args::te_version_string &, const CallResult &r) {
+                      std::string want = std::to_string(TE_VERSION_MAJOR) + "." + std::to_string(TE_VERSION_MINOR) + "." +
+                                         std::to_string(TE_VERSION_PATCH);
+                      return r.text && want == r.text ? "" : "not MAJOR.MINOR.PATCH";
+                    }));
+    t.push_back(Def<args::te_status_string>([](World &, args::te_status_string &a) { a.status = TE_ERROR_INVALID_STATE; })
+                    .getter(returns_text("TE_ERROR_UNKNOWN", "unknown values give \"TE_ERROR_UNKNOWN\""))
+                    .check([](World &, const args::te_status_string &, const CallResult &r) {
+                      return r.text && std::string(r.text) == "TE_ERROR_INVALID_STATE" ? "" : "wrong text";
+                    }));
+    t.push_back(Def<args::te_last_error>([](World &, args::te_last_error &) {})
+                    .result_varies("the calling thread's last message")
+                    .check([](World &, const args::te_last_error &, const CallResult &r) {
+                      return r.text ? "" : "NULL";
+                    }));
+
+    // ---- tensors --------------------------------------------------------------------------
+    t.push_back(
+        Def<args::te_tensor_numel>([](World &w, args::te_tensor_numel &a) { a.t = input(w, TE_DTYPE_F32, {N, 2 * N}, 5).get(); })
+            .tensor("t", TE_DTYPE_F32, {N, 2 * N})
+            .getter(returns_value(0, "0 for NULL or bad ndim"))
+            .expect("t:data_null", returns_as_valid("product of its shape: data does not enter"))
+            .expect("t:dtype_*", returns_as_valid("product of its shape: the dtype does not enter"))
+            .expect("t:device_*", returns_as_valid("product of its shape: the device does not enter"))
+            .expect("t:dim_neg1", returns_value(0, "0 for NULL or bad ndim; a dimension < 1 is malformed: no count "
+                                                   "of elements is negative"))
+            // The count fits int64 but the F32 byte size does not: the product, or 0 for a tensor
+            // no memory can hold.
+            .expect("t:bytes_overflow", returns_one_of({int64_t(1) << 62, 0}, "product of its shape (2^62 fits "
+                                                                              "int64); 0 for a malformed tensor"))
+            .expect("t:bytes_wraps", returns_one_of({(N + (int64_t(1) << 57)) * 2 * N, 0},
+                                                    "product of its shape (fits int64); 0 for a malformed tensor"))
+            .expect("t:numel_*", returns_value(0, "Number of elements of t (product of its shape): not "
+                                                  "representable in int64, so no count; 0 as for a bad tensor"))
+            .check([](World &, const args::te_tensor_numel &, const CallResult &r) {
+              return r.value == N * 2 * N ? "" : "wrong count";
+            }));
+    t.push_back(Def<args::te_tensor_scale_inv_count>([](World &w, args::te_tensor_scale_inv_count &a) {
+                  a.count = &w.keep(int64_t(0));
+                  a.t = output(w, TE_DTYPE_E4M3, {256, 256}, TE_SCALING_BLOCK_1X128).get();
+                })
+                    .tensor("t", TE_DTYPE_E4M3, {256, 256})
+                    .expect("t:data_null", reject_or_accept("the count of floats t->scale_inv must hold: data "
+                                                            "is not read (malformed tensors 'may' be rejected)"))
+                    .expect("t:no_scale_inv", reject_or_accept("it sizes the scale_inv the caller is about to "
+                                                               "allocate"))
+                    .expect("t:device_*", reject_or_accept("the count for t's shape and scaling mode: the "
+                                                           "device does not enter (malformed tensors 'may' be "
+                                                           "rejected)"))
+                    .check([](World &, const args::te_tensor_scale_inv_count &a, const CallResult &) {
+                      return *a.count == 256 * 2 ? "" : "wrong count for 1x128 blocks of [256, 256]";
+                    }));
+    {
+      auto dl = [](std::function<void(DLFix &, args::te_tensor_from_dlpack &)> m) {
+        return [m](World &w, args::te_tensor_from_dlpack &a) {
+          DLFix &f = dl_copy(w);
+          m(f, a);
+          a.dl_managed_tensor = &f.m;
+        };
+      };
+      const std::string dn = "dl_managed_tensor";
+      t.push_back(
+          Def<args::te_tensor_from_dlpack>([](World &w, args::te_tensor_from_dlpack &a) {
+            a.out = &w.keep(te_tensor{});
+            a.dl_managed_tensor = &dl_copy(w).m;
+            a.versioned = 0;
+            a.fp8_dtype = TE_DTYPE_E4M3;
+          })
+              .filled("out")
+              .not_boolean("versioned", "DLManagedTensorVersioned when `versioned` is non-zero: any non-zero "
+                                        "value, not a 0/1 flag")
+              .extra("dl_data_null", dl([](DLFix &f, auto &) { f.m.dl_tensor.data = nullptr; }), invalid(dn))
+              .extra("dl_shape_null", dl([](DLFix &f, auto &) { f.m.dl_tensor.shape = nullptr; }), invalid(dn))
+              .extra("dl_ndim_0", dl([](DLFix &f, auto &) { f.m.dl_tensor.ndim = 0; }), invalid(dn))
+              .extra("dl_ndim_9", dl([](DLFix &f, auto &) {
+                       f.m.dl_tensor.ndim = TE_MAX_DIMS + 1;
+                       for (int i = 0; i < TE_MAX_DIMS + 1; ++i) f.shape[i] = 1;
+                     }), invalid(dn))
+              .extra("dl_dim_0", dl([](DLFix &f, auto &) { f.shape[1] = 0; }), invalid(dn))
+              .extra("dl_dim_neg1", dl([](DLFix &f, auto &) { f.shape[1] = -1; }), invalid(dn))
+              .extra("dl_numel_overflow", dl([](DLFix &f, auto &) { f.shape[0] = f.shape[1] = int64_t(1) << 40; }),
+                     invalid(dn))
+              .extra("dl_numel_wraps", dl([](DLFix &f, auto &) { f.shape[0] = 4 + (int64_t(1) << 61); }), invalid(dn))
+              .extra("dl_bytes_overflow", dl([](DLFix &f, auto &) {
+                       f.m.dl_tensor.dtype = {kDLFloat, 32, 1};
+                       f.m.dl_tensor.ndim = 1;
+                       f.shape[0] = int64_t(1) << 62;
+                     }), invalid(dn))
+              .extra("dl_strides_not_contiguous", dl([](DLFix &f, auto &) {
+                       f.strides[0] = 1;
+                       f.strides[1] = 4;
+                       f.m.dl_tensor.strides = f.strides;
+                     }), invalid(dn))
+              .extra("dl_byte_offset_misaligned", dl([](DLFix &f, auto &) {
+                       f.m.dl_tensor.dtype = {kDLFloat, 32, 1};
+                       f.m.dl_tensor.byte_offset = 2;
+                     }), invalid(dn))
+              .extra("dl_byte_offset_wraps_address", dl([](DLFix &f, auto &) { f.m.dl_tensor.byte_offset = ~uint64_t(0); }),
+                     invalid(dn))
+              .extra("dl_device_unknown", dl([](DLFix &f, auto &) { f.m.dl_tensor.device = {kDLVulkan, 0}; }), invalid(dn))
+              .extra("dl_dtype_float64", dl([](DLFix &f, auto &) { f.m.dl_tensor.dtype = {kDLFloat, 64, 1}; }), invalid(dn))
+              .extra("dl_lanes_2", dl([](DLFix &f, auto &) { f.m.dl_tensor.dtype.lanes = 2; }), invalid(dn))
+              .extra("fp8_dtype_f32", [](World &, args::te_tensor_from_dlpack &a) { a.fp8_dtype = TE_DTYPE_F32; },
+                     invalid("fp8_dtype"))
+              .extra("versioned_major_2",
+                     [](World &w, args::te_tensor_from_dlpack &a) {
+                       auto &v = w.keep(DLManagedTensorVersioned{});
+                       auto &f = dl_copy(w);
+                       v.version = {2, 0};
+                       v.dl_tensor = f.m.dl_tensor;
+                       v.dl_tensor.data = f.buf;
+                       v.dl_tensor.shape = f.shape;
+                       a.dl_managed_tensor = &v;
+                       a.versioned = 1;
+                     },
+                     invalid(dn))
+              .check([](World &, const args::te_tensor_from_dlpack &a, const CallResult &) {
+                const te_tensor &o = *a.out;
+                return o.dtype == TE_DTYPE_E4M3 && o.ndim == 2 && o.shape[0] == 4 && o.shape[1] == 8 && o.data ? ""
+                                                                                                                : "wrong tensor";
+              }));
+    }
+
+    // ---- context --------------------------------------------------------------------------
+    t.push_back(Def<args::te_context_options_init>([](World &w, args::te_context_options_init &a) {
+      a.opts = &w.keep(te_context_options{});
+    }));
+    t.push_back(
+        Def<args::te_context_create>([](World &w, args::te_context_create &a) {
+          a.out = &w.keep<te_context *>(nullptr);
+          te_context_options &o = w.keep(te_context_options{});
+          w.ok(te_context_options_init(&o), "te_context_options_init");
+          o.use_default_device = 0;
+          o.device.type = TE_DEVICE_CPU;
+          a.opts = &o;
+        })
+            .null_ok("opts", "opts may be NULL (defaults)")
+            .extra("device_index_neg1",
+                   [](World &w, args::te_context_create &a) {
+                     te_context_options &o = w.keep(*a.opts);
+                     o.device.index = -1;
+                     a.opts = &o;
+                   },
+                   invalid("opts->device.index"))
+            .extra("device_cuda_99",
+                   [](World &w, args::te_context_create &a) {
+                     te_context_options &o = w.keep(*a.opts);
+                     o.device.type = TE_DEVICE_CUDA;
+                     o.device.index = 99;
+                     a.opts = &o;
+                   },
+                   reject({UNSUP}, "UNSUPPORTED (CUDA asked for, but this build has no CUDA backend or no such GPU)")));
+    t.push_back(Def<args::te_context_destroy>([](World &w, args::te_context_destroy &a) {
+      a.ctx = static_cast<te_context *>(w.make("te_context"));
+    }));
+    t.push_back(Def<args::te_context_get_device>([](World &w, args::te_context_get_device &a) {
+                  a.ctx = w.ctx;
+                  a.out = &w.keep(te_device{});
+                }).check([](World &, const args::te_context_get_device &a, const CallResult &) {
+      return a.out->type == TE_DEVICE_CPU && a.out->index == 0 ? "" : "not the CPU";
+    }));
+    t.push_back(Def<args::te_context_set_stream>([](World &w, args::te_context_set_stream &a) {
+                  a.ctx = w.ctx;
+                  a.stream = nullptr;
+                })
+                    .null_ok("stream", "NULL = the legacy default stream")
+                    .extra("stream_on_cpu",
+                           [](World &w, args::te_context_set_stream &a) { a.stream = w.block(64); },
+                           invalid("stream")));
+    t.push_back(Def<args::te_context_synchronize>([](World &w, args::te_context_synchronize &a) { a.ctx = w.ctx; }));
+    t.push_back(
+        Def<args::te_context_malloc>([](World &w, args::te_context_malloc &a) {
+          a.ctx = w.ctx;
+          a.bytes = 64;
+          a.out = &w.keep<void *>(nullptr);
+        })
+            .expect("bytes:size_max", reject({IA, OOM}, "Errors: INVALID_ARGUMENT (bytes == 0), OUT_OF_MEMORY", "bytes"))
+            .extra("bytes_0", [](World &, args::te_context_malloc &a) { a.bytes = 0; }, invalid("bytes"))
+            .extra("bytes_size_max_minus_32", [](World &, args::te_context_malloc &a) { a.bytes = SIZE_MAX - 32; },
+                   reject({IA, OOM}, "64-byte aligned host memory: rounding up must not wrap", "bytes"))
+            .extra("bytes_2pow62", [](World &, args::te_context_malloc &a) { a.bytes = size_t(1) << 62; },
+                   reject({IA, OOM}, "OUT_OF_MEMORY", "bytes"))
+            .check([](World &, const args::te_context_malloc &a, const CallResult &) -> std::string {
+              void *p = *a.out;
+              if (!p) return "NULL block";
+              if (reinterpret_cast<uintptr_t>(p) % 64) return "block not 64-byte aligned";
+              std::memset(p, 1, 64);
+              return "";
+            }));
+    t.push_back(
+        Def<args::te_context_free>([](World &w, args::te_context_free &a) {
+          a.ctx = w.ctx;
+          void *p = nullptr;
+          w.ok(te_context_malloc(w.ctx, 128, &p), "te_context_malloc");
+          a.ptr = p;
+        })
+            .null_ok("ptr", "NULL is a no-op")
+            .extra("ptr_foreign", [](World &w, args::te_context_free &a) { a.ptr = w.block(128); },
+                   invalid("ptr"))
+            .extra("ptr_interior", [](World &, args::te_context_free &a) { a.ptr = static_cast<char *>(a.ptr) + 64; },
+                   invalid("ptr"))
+            .extra("ptr_freed",
+                   [](World &w, args::te_context_free &a) {
+                     void *p = nullptr;
+                     w.ok(te_context_malloc(w.ctx, 128, &p), "te_context_malloc");
+                     w.ok(te_context_free(w.ctx, p), "te_context_free");
+                     a.ptr = p;
+                   },
+                   invalid("ptr"))
+            .extra("ptr_of_another_context",
+                   [](World &w, args::te_context_free &a) {
+                     te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+                     void *p = nullptr;
+                     w.ok(te_context_malloc(c2, 128, &p), "te_context_malloc (other context)");
+                     a.ptr = p;
+                   },
+                   invalid("ptr")));
+    t.push_back(Def<args::te_context_copy>([](World &w, args::te_context_copy &a) {
+                  a.ctx = w.ctx;
+                  a.dst = w.block(64);
+                  void *src = w.block(64);
+                  std::memset(src, 0x5C, 64);
+                  a.src = src;
+                  a.bytes = 64;
+                  a.kind = TE_COPY_HOST_TO_DEVICE;
+                  w.watch(a.dst, 64, "dst");
+                }).skip("bytes:size_max", "the library cannot know the sizes of the caller's buffers (on a CPU "
+                                          "context every kind is a memcpy); the header bounds `bytes` nowhere"));
+    t.push_back(Def<args::te_context_get_stats>([](World &w, args::te_context_get_stats &a) {
+      a.ctx = w.ctx;
+      te_context_stats &s = w.keep(te_context_stats{});
+      s.struct_size = sizeof s;
+      a.out = &s;
+    }));
+
+    // ---- recipes --------------------------------------------------------------------------
+    t.push_back(Def<args::te_recipe_options_init>([](World &w, args::te_recipe_options_init &a) {
+      a.opts = &w.keep(te_recipe_options{});
+      a.kind = TE_RECIPE_CURRENT_SCALING;
+    }));
+    {
+      auto with = [](std::function<void(te_recipe_options &)> m) {
+        return [m](World &w, args::te_recipe_create &a) {
+          te_recipe_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      t.push_back(
+          Def<args::te_recipe_create>([](World &w, args::te_recipe_create &a) {
+            a.out = &w.keep<te_recipe *>(nullptr);
+            te_recipe_options &o = w.keep(te_recipe_options{});
+            w.ok(te_recipe_options_init(&o, TE_RECIPE_DELAYED_SCALING), "te_recipe_options_init");
+            o.amax_history_len = 16;
+            a.opts = &o;
+          })
+              .null_ok("opts", "opts NULL = default delayed scaling")
+              .extra("margin_neg1", with([](te_recipe_options &o) { o.margin = -1; }), invalid("opts->margin"))
+              .extra("margin_128", with([](te_recipe_options &o) { o.margin = 128; }), invalid("opts->margin"))
+              .extra("amax_history_len_0", with([](te_recipe_options &o) { o.amax_history_len = 0; }),
+                     invalid("opts->amax_history_len"))
+              .extra("amax_history_len_65537", with([](te_recipe_options &o) { o.amax_history_len = 65537; }),
+                     invalid("opts->amax_history_len"))
+              .extra("amax_epsilon_neg1", with([](te_recipe_options &o) { o.amax_epsilon = -1.0f; }),
+                     invalid("opts->amax_epsilon"))
+              .extra("amax_epsilon_nan", with([](te_recipe_options &o) { o.amax_epsilon = std::nanf(""); }),
+                     invalid("opts->amax_epsilon")));
+    }
+    t.push_back(Def<args::te_recipe_retain>([](World &w, args::te_recipe_retain &a) {
+                  a.r = static_cast<te_recipe *>(w.make("te_recipe"));
+                })
+                    .getter(returns_null("NULL is a no-op (returns NULL); nothing else is a recipe to retain"))
+                    .check([](World &, const args::te_recipe_retain &a, const CallResult &r) {
+                      return r.pointer == a.r ? "" : "did not return r";
+                    }));
+    t.push_back(Def<args::te_recipe_release>([](World &w, args::te_recipe_release &a) {
+      a.r = static_cast<te_recipe *>(w.make("te_recipe"));
+    }));
+    t.push_back(Def<args::te_recipe_key>([](World &w, args::te_recipe_key &a) { a.r = w.recipe; })
+                    .getter(returns_value(0, "Never 0 for a valid recipe; 0 for NULL"))
+                    .check([](World &, const args::te_recipe_key &, const CallResult &r) {
+                      return r.value ? "" : "0 for a valid recipe";
+                    }));
+    t.push_back(Def<args::te_recipe_describe>([](World &w, args::te_recipe_describe &a) { a.r = w.recipe; })
+                    .getter(returns_text("", "\"\" for NULL"))
+                    .check([](World &, const args::te_recipe_describe &, const CallResult &r) {
+                      return r.text && *r.text ? "" : "empty description";
+                    }));
+    t.push_back(Def<args::te_recipe_get_options>([](World &w, args::te_recipe_get_options &a) {
+                  a.r = w.recipe;
+                  te_recipe_options &o = w.keep(te_recipe_options{});
+                  o.struct_size = sizeof o;
+                  a.out = &o;
+                }).check([](World &, const args::te_recipe_get_options &a, const CallResult &) {
+      return a.out->amax_history_len == 16 ? "" : "not the recipe's amax_history_len";
+    }));
+
+    // ---- groups ---------------------------------------------------------------------------
+    t.push_back(Def<args::te_group_create_single>([](World &w, args::te_group_create_single &a) {
+      a.out = &w.keep<te_group *>(nullptr);
+    }));
+    t.push_back(Def<args::te_group_create_nccl>([](World &w, args::te_group_create_nccl &a) {
+                  a.out = &w.keep<te_group *>(nullptr);
+                  a.nccl_comm = w.block(64);  // no communicator can exist without NCCL
+                })
+                    .valid({UNSUP}, kNcclWhy)
+                    .needs("no_nccl")
+                    .expect("*", nccl_reject()));
+    t.push_back(Def<args::te_nccl_get_unique_id>([](World &w, args::te_nccl_get_unique_id &a) {
+                  a.out = &w.keep(te_nccl_id{});
+                })
+                    .valid({TE_SUCCESS, UNSUP}, "UNSUPPORTED: a valid request this build cannot do (no NCCL)")
+                    .result_varies("a new id each call")
+                    .expect("*", reject({IA, UNSUP}, "UNSUPPORTED in builds without NCCL")));
+    t.push_back(Def<args::te_group_nccl_options_init>([](World &w, args::te_group_nccl_options_init &a) {
+      a.opts = &w.keep(te_group_nccl_options{});
+    }));
+    {
+      auto init_setup = [](World &w, te_group **&out, int32_t &rank, int32_t &nranks, const te_nccl_id *&id) {
+        out = &w.keep<te_group *>(nullptr);
+        rank = 0;
+        nranks = 1;
+        id = &w.keep(te_nccl_id{});
+      };
+      t.push_back(
+          Def<args::te_group_init_nccl_with_options>([init_setup](World &w, args::te_group_init_nccl_with_options &a) {
+            init_setup(w, a.out, a.rank, a.nranks, a.id);
+            te_group_nccl_options &o = w.keep(te_group_nccl_options{});
+            w.ok(te_group_nccl_options_init(&o), "te_group_nccl_options_init");
+            o.timeout_ms = 1000;
+            a.opts = &o;
+          })
+              .valid({UNSUP}, kNcclWhy)
+              .needs("no_nccl")
+              .null_ok("opts", "opts NULL: the defaults")
+              .not_boolean("rank", "a rank, 0..nranks-1")
+              .not_boolean("nranks", "a count of ranks")
+              .expect("*", nccl_reject())
+              .extra("rank_neg1", [](World &, auto &a) { a.rank = -1; }, reject({IA, UNSUP}, kNcclWhy, "rank"))
+              .extra("rank_eq_nranks", [](World &, auto &a) { a.rank = 1; }, reject({IA, UNSUP}, kNcclWhy, "rank"))
+              .extra("nranks_0", [](World &, auto &a) { a.nranks = 0; }, reject({IA, UNSUP}, kNcclWhy, "nranks|rank"))
+              .extra("timeout_ms_neg1",
+                     [](World &w, args::te_group_init_nccl_with_options &a) {
+                       te_group_nccl_options &o = w.keep(*a.opts);
+                       o.timeout_ms = -1;
+                       a.opts = &o;
+                     },
+                     reject({IA, UNSUP}, kNcclWhy, "opts->timeout_ms")));
+      t.push_back(Def<args::te_group_init_nccl>([init_setup](World &w, args::te_group_init_nccl &a) {
+                    init_setup(w, a.out, a.rank, a.nranks, a.id);
+                  })
+                      .valid({UNSUP}, kNcclWhy)
+                      .needs("no_nccl")
+                      .not_boolean("rank", "a rank, 0..nranks-1")
+                      .not_boolean("nranks", "a count of ranks")
+                      .expect("*", nccl_reject())
+                      .extra("rank_neg1", [](World &, auto &a) { a.rank = -1; }, reject({IA, UNSUP}, kNcclWhy, "rank"))
+                      .extra("nranks_0", [](World &, auto &a) { a.nranks = 0; },
+                             reject({IA, UNSUP}, kNcclWhy, "nranks|rank")));
+    }
+    t.push_back(Def<args::te_group_abort>([](World &w, args::te_group_abort &a) { a.g = w.group; })
+                    .valid({IS}, "INVALID_STATE for a group that ... has no communicator (single-rank)"));
+    t.push_back(Def<args::te_group_destroy>([](World &w, args::te_group_destroy &a) {
+      a.g = static_cast<te_group *>(w.make("te_group"));
+    }));
+    t.push_back(Def<args::te_group_id>([](World &w, args::te_group_id &a) { a.g = w.group; })
+                    .result_varies("a process-unique id")
+                    .getter(returns_value(0, "never 0 (0 names the implicit single-rank group): nothing else "
+                                             "is a group"))
+                    .check([](World &, const args::te_group_id &, const CallResult &r) {
+                      return r.value ? "" : "0 for a group";
+                    }));
+    t.push_back(Def<args::te_group_rank>([](World &w, args::te_group_rank &a) { a.g = w.group; })
+                    .getter(returns_value(0, "0 for NULL")));
+    t.push_back(Def<args::te_group_size>([](World &w, args::te_group_size &a) { a.g = w.group; })
+                    .getter(returns_value(1, "1 for NULL")));
+
+    // ---- autocast -------------------------------------------------------------------------
+    t.push_back(Def<args::te_autocast_options_init>([](World &w, args::te_autocast_options_init &a) {
+      a.opts = &w.keep(te_autocast_options{});
+    }));
+    t.push_back(Def<args::te_autocast_begin>([](World &w, args::te_autocast_begin &a) {
+                  a.ctx = w.ctx;
+                  te_autocast_options &o = w.keep(te_autocast_options{});
+                  w.ok(te_autocast_options_init(&o), "te_autocast_options_init");
+                  o.recipe = w.recipe;
+                  o.group = w.group;
+                  a.opts = &o;
+                  a.token = &w.keep(te_autocast_token{0});
+                })
+                    .output_varies("token", "a process-wide counter: differs between the two worlds")
+                    .null_ok("opts->recipe", "NULL = the default delayed-scaling recipe")
+                    .null_ok("opts->group", "NULL = single-rank"));
+    {
+      auto token = [](std::function<te_autocast_token(World &, te_autocast_token valid)> f) {
+        return [f](World &w, args::te_autocast_end &a) { a.token = f(w, a.token); };
+      };
+      const Expect wrong_token =
+          reject({IS}, "Closes the innermost scope, which `token` must name (INVALID_STATE otherwise, with the "
+                       "stack unchanged)");
+      t.push_back(
+          Def<args::te_autocast_end>([](World &w, args::te_autocast_end &a) {
+            // outer scope, a scope opened and closed, then the inner scope the valid call closes
+            a.ctx = w.ctx;
+            te_autocast_options o;
+            std::memset(&o, 0, sizeof o);
+            w.ok(te_autocast_options_init(&o), "te_autocast_options_init");
+            o.recipe = w.recipe;
+            te_autocast_token outer = 0, closed = 0, inner = 0;
+            w.ok(te_autocast_begin(w.ctx, &o, &outer), "te_autocast_begin (outer)");
+            w.ok(te_autocast_begin(w.ctx, &o, &closed), "te_autocast_begin (closed)");
+            w.ok(te_autocast_end(w.ctx, closed), "te_autocast_end (closed)");
+            w.ok(te_autocast_begin(w.ctx, &o, &inner), "te_autocast_begin (inner)");
+            w.values["outer"] = outer;
+            w.values["closed"] = closed;
+            a.token = inner;
+          })
+              .not_boolean("token", "identifies one open scope: the extras pass wrong ones")
+              .extra("token_0", token([](World &, te_autocast_token) { return te_autocast_token(0); }), wrong_token)
+              .extra("token_all_ones", token([](World &, te_autocast_token) { return ~te_autocast_token(0); }),
+                     wrong_token)
+              .extra("token_plus_1", token([](World &, te_autocast_token v) { return v + 1; }), wrong_token)
+              .extra("token_of_outer_scope", token([](World &w, te_autocast_token) { return w.values["outer"]; }),
+                     wrong_token)
+              .extra("token_of_closed_scope", token([](World &w, te_autocast_token) { return w.values["closed"]; }),
+                     wrong_token));
+    }
+    t.push_back(Def<args::te_autocast_get_state>([](World &w, args::te_autocast_get_state &a) {
+                  a.ctx = w.ctx;
+                  begin_fp8_scope(w);
+                  te_autocast_state &s = w.keep(te_autocast_state{});
+                  s.struct_size = sizeof s;
+                  a.out = &s;
+                }).check([](World &w, const args::te_autocast_get_state &a, const CallResult &) {
+      return a.out->depth == 1 && a.out->enabled == 1 && a.out->recipe == w.recipe ? "" : "not the open scope";
+    }));
+    t.push_back(Def<args::te_autocast_flush_backward>([](World &w, args::te_autocast_flush_backward &a) { a.ctx = w.ctx; }));
+
+    // ---- linear ---------------------------------------------------------------------------
+    t.push_back(Def<args::te_linear_options_init>([](World &w, args::te_linear_options_init &a) {
+      a.opts = &w.keep(te_linear_options{});
+    }));
+    {
+      auto with = [](std::function<void(te_linear_options &)> m) {
+        return [m](World &w, args::te_linear_create &a) {
+          te_linear_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      t.push_back(
+          Def<args::te_linear_create>([](World &w, args::te_linear_create &a) {
+            a.out = &w.keep<te_linear *>(nullptr);
+            a.ctx = w.ctx;
+            te_linear_options &o = w.keep(te_linear_options{});
+            w.ok(te_linear_options_init(&o), "te_linear_options_init");
+            o.in_features = 32;
+            o.out_features = N;
+            o.activation_dtype = TE_DTYPE_F32;
+            a.opts = &o;
+          })
+              .extra("in_features_0", with([](te_linear_options &o) { o.in_features = 0; }), invalid("opts->in_features"))
+              .extra("in_features_neg1", with([](te_linear_options &o) { o.in_features = -1; }),
+                     invalid("opts->in_features"))
+              .extra("out_features_0", with([](te_linear_options &o) { o.out_features = 0; }),
+                     invalid("opts->out_features"))
+              .extra("activation_dtype_e4m3", with([](te_linear_options &o) { o.activation_dtype = TE_DTYPE_E4M3; }),
+                     invalid("opts->activation_dtype")));
+    }
+    t.push_back(Def<args::te_linear_destroy>([](World &w, args::te_linear_destroy &a) {
+      a.lin = static_cast<te_linear *>(w.make("te_linear"));
+    }));
+    t.push_back(Def<args::te_linear_forward_args_init>([](World &w, args::te_linear_forward_args_init &a) {
+      a.args = &w.keep(te_linear_forward_args{});
+    }));
+    {
+      // forward_compute and forward: inside an enabled scope (the FP8 path records amaxes).
+      auto fwd_common = [](auto d) {
+        return d.tensor("args->input", TE_DTYPE_F32, {N, N})
+            .tensor("args->weight", TE_DTYPE_F32, {N, N})
+            .tensor("args->bias", TE_DTYPE_F32, {N})
+            .tensor("y", TE_DTYPE_F32, {N, N});
+      };
+      t.push_back(fwd_common(Def<args::te_linear_forward_compute>([](World &w, args::te_linear_forward_compute &a) {
+                               begin_fp8_scope(w);
+                               a.ctx = w.ctx;
+                               a.lin = w.lin;
+                               a.args = &fwd_args(w);
+                               a.y = w.y.get();
+                               te_linear_residuals &r = w.keep(te_linear_residuals{});
+                               r.struct_size = sizeof r;
+                               a.residuals = &r;
+                             }))
+                      .extra("lin_of_another_context",
+                             [](World &w, args::te_linear_forward_compute &a) { a.lin = other_context_linear(w); },
+                             invalid("lin|ctx")));
+      t.push_back(fwd_common(Def<args::te_linear_forward>([](World &w, args::te_linear_forward &a) {
+                               begin_fp8_scope(w);
+                               a.ctx = w.ctx;
+                               a.lin = w.lin;
+                               a.args = &fwd_args(w);
+                               a.y = w.y.get();
+                               a.out = &w.keep<te_linear_backward_ctx *>(nullptr);
+                             }))
+                      .extra("lin_of_another_context",
+                             [](World &w, args::te_linear_forward &a) { a.lin = other_context_linear(w); },
+                             invalid("lin|ctx")));
+    }
+    t.push_back(
+        Def<args::te_linear_residuals_release>([](World &w, args::te_linear_residuals_release &a) {
+          begin_fp8_scope(w);
+          a.residuals = &new_residuals(w, w.lin);
+        })
+            .inout("residuals")
+            .extra("internal_garbage",
+                   [](World &w, args::te_linear_residuals_release &a) {
+                     te_linear_residuals &c = w.keep(*a.residuals);
+                     c.internal = w.block(64);
+                     a.residuals = &c;
+                   },
+                   no_crash())
+            .extra("internal_released_copy",
+                   // A copy of residuals that were released, after new residuals were made: the
+                   // release must not free the new ones (whatever `internal` now resolves to).
+                   [](World &w, args::te_linear_residuals_release &a) {
+                     te_linear_residuals &old = new_residuals(w, w.lin);
+                     te_linear_residuals &copy = w.keep(old);
+                     te_linear_residuals_release(&old);
+                     te_linear_residuals &fresh = new_residuals(w, w.lin);
+                     a.residuals = &copy;
+                     w.post_check([&w, &fresh]() -> std::string {
+                       te_linear_backward_ctx *b = nullptr;
+                       te_status s = te_linear_forward_save(w.ctx, w.lin, &fresh, &b);
+                       return s == TE_SUCCESS ? "" : std::string("residuals made after the released ones were freed by "
+                                                                 "releasing a stale copy: te_linear_forward_save says ") +
+                                                         te_last_error();
+                     });
+                   },
+                   no_crash()));
+    t.push_back(
+        Def<args::te_linear_forward_save>([](World &w, args::te_linear_forward_save &a) {
+          begin_fp8_scope(w);
+          a.ctx = w.ctx;
+          a.lin = w.lin;
+          a.residuals = &new_residuals(w, w.lin);
+          a.out = &w.keep<te_linear_backward_ctx *>(nullptr);
+        })
+            .inout("residuals")
+            .extra("internal_null",
+                   [](World &w, args::te_linear_forward_save &a) {
+                     te_linear_residuals &c = w.keep(*a.residuals);
+                     c.internal = nullptr;
+                     a.residuals = &c;
+                   },
+                   invalid("residuals"))
+            .extra("internal_garbage",
+                   [](World &w, args::te_linear_forward_save &a) {
+                     te_linear_residuals &c = w.keep(*a.residuals);
+                     c.internal = w.block(64);
+                     a.residuals = &c;
+                   },
+                   invalid("residuals"))
+            .extra("internal_released_copy",
+                   [](World &w, args::te_linear_forward_save &a) {
+                     te_linear_residuals &old = new_residuals(w, w.lin);
+                     te_linear_residuals &copy = w.keep(old);
+                     te_linear_residuals_release(&old);
+                     (void)new_residuals(w, w.lin);
+                     a.residuals = &copy;
+                   },
+                   invalid("residuals"))
+            .extra("already_saved_copy",
+                   [](World &w, args::te_linear_forward_save &a) {
+                     te_linear_residuals &old = new_residuals(w, w.lin);
+                     te_linear_residuals &copy = w.keep(old);
+                     te_linear_backward_ctx *b = nullptr;
+                     w.ok(te_linear_forward_save(w.ctx, w.lin, &old, &b), "te_linear_forward_save (extra)");
+                     a.residuals = &copy;
+                   },
+                   invalid("residuals"))
+            .extra("residuals_of_another_linear",
+                   [](World &w, args::te_linear_forward_save &a) { a.residuals = &new_residuals(w, w.lin_aux); },
+                   invalid("residuals|lin")));
+    t.push_back(Def<args::te_linear_backward_args_init>([](World &w, args::te_linear_backward_args_init &a) {
+      a.args = &w.keep(te_linear_backward_args{});
+    }));
+    t.push_back(
+        Def<args::te_linear_backward>([](World &w, args::te_linear_backward &a) {
+          a.ctx = w.ctx;
+          a.bwd = w.bwd;
+          a.dy = w.dy.get();
+          a.dx = w.dx.get();
+          a.dw = w.dw.get();
+          a.db = w.db.get();
+          te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+          w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+          a.args = &b;
+        })
+            .tensor("dy", TE_DTYPE_F32, {N, N})
+            .tensor("dx", TE_DTYPE_F32, {N, N})
+            .tensor("dw", TE_DTYPE_F32, {N, N})
+            .tensor("db", TE_DTYPE_F32, {N})
+            .null_ok("dx", "Any of dx, dw, db may be NULL to skip it")
+            .null_ok("dw", "Any of dx, dw, db may be NULL to skip it")
+            .null_ok("db", "Any of dx, dw, db may be NULL to skip it")
+            .null_ok("args", "args may be NULL")
+            .extra("flags_unknown",
+                   [](World &w, args::te_linear_backward &a) {
+                     te_linear_backward_args &b = w.keep(*a.args);
+                     b.flags = 0x2;
+                     a.args = &b;
+                   },
+                   invalid("args->flags"))
+            .extra("bwd_once_already_run",
+                   [](World &w, args::te_linear_backward &a) {
+                     te_linear_forward_args &fa = fwd_args(w);
+                     HostTensor &yy = output(w, TE_DTYPE_F32, {N, N});
+                     te_linear_backward_ctx *b = nullptr;
+                     w.ok(te_linear_forward(w.ctx, w.lin, &fa, yy.get(), &b), "te_linear_forward (extra)");
+                     te_linear_backward_args ba;
+                     w.ok(te_linear_backward_args_init(&ba), "te_linear_backward_args_init");
+                     ba.flags = TE_BACKWARD_ONCE;
+                     HostTensor &ddx = output(w, TE_DTYPE_F32, {N, N});
+                     w.ok(te_linear_backward(w.ctx, b, w.dy.get(), ddx.get(), nullptr, nullptr, &ba),
+                          "te_linear_backward (once)");
+                     a.bwd = b;
+                   },
+                   reject({IS}, "unless TE_BACKWARD_ONCE was given (later calls: INVALID_STATE)"))
+            .extra("bwd_of_another_context",
+                   [](World &w, args::te_linear_backward &a) {
+                     te_context *c2 = nullptr;
+                     te_linear *l2 = other_context_linear(w, &c2);
+                     HostTensor &yy = output(w, TE_DTYPE_F32, {N, N});
+                     te_linear_backward_ctx *b = nullptr;
+                     w.ok(te_linear_forward(c2, l2, &fwd_args(w), yy.get(), &b), "te_linear_forward (other context)");
+                     a.bwd = b;
+                   },
+                   invalid("bwd|ctx")));
+    t.push_back(Def<args::te_linear_backward_ctx_destroy>([](World &w, args::te_linear_backward_ctx_destroy &a) {
+      a.bwd = static_cast<te_linear_backward_ctx *>(w.make("te_linear_backward_ctx"));
+    }));
+    t.push_back(Def<args::te_linear_get_scaling_state>([](World &w, args::te_linear_get_scaling_state &a) {
+                  a.ctx = w.ctx;
+                  a.lin = w.lin;
+                  a.role = TE_ROLE_WEIGHT;
+                  te_scaling_state_info &i = w.keep(te_scaling_state_info{});
+                  i.struct_size = sizeof i;
+                  a.info = &i;
+                  std::vector<float> &h = w.keep(std::vector<float>(16, -7.0f));
+                  a.history = h.data();
+                  a.history_cap = h.size();
+                  w.watch(h.data(), h.size() * sizeof(float), "history[16]");
+                })
+                    .null_ok("history", "`history` may be NULL")
+                    .expect("history_cap:size_max",
+                            accept("min(history_cap, amax_history_len) floats are written: the buffer holds "
+                                   "amax_history_len (16)"))
+                    .check([](World &, const args::te_linear_get_scaling_state &a, const CallResult &) {
+                      return a.info->amax_history_len == 16 ? "" : "amax_history_len is not the recipe's 16";
+                    }));
+    t.push_back(Def<args::te_linear_state_save>([](World &w, args::te_linear_state_save &a) {
+                  a.ctx = w.ctx;
+                  a.lin = w.lin;
+                  size_t n = 0;
+                  w.ok(te_linear_state_save(w.ctx, w.lin, nullptr, 0, &n), "te_linear_state_save (size)");
+                  a.buf = w.block(n);
+                  a.capacity = n;
+                  a.size = &w.keep(size_t(0));
+                  w.watch(a.buf, n, "buf");
+                })
+                    .null_ok("buf", "With buf NULL, only *size is set to the bytes needed")
+                    .expect("capacity:size_max", accept("capacity is the caller's buffer size: the state fits"))
+                    .extra("capacity_short", [](World &, args::te_linear_state_save &a) { a.capacity -= 1; },
+                           invalid("capacity")));
+    {
+      auto bytes = [](std::function<void(std::vector<unsigned char> &)> m) {
+        return [m](World &w, args::te_linear_state_load &a) {
+          const auto *p = static_cast<const unsigned char *>(a.buf);
+          std::vector<unsigned char> &c = w.keep(std::vector<unsigned char>(p, p + a.size));
+          m(c);
+          a.buf = c.data();
+          a.size = c.size();
+        };
+      };
+      auto put32 = [](std::vector<unsigned char> &v, size_t at, int32_t x) { std::memcpy(v.data() + at, &x, 4); };
+      // Layout (core/src/linear_state_io.cpp, the versioned format): "TELS", u32 version,
+      // i64 in, i64 out, then per state: i32 history_len, i32 fp8 dtype, f32 scale,
+      // f32 scale_inv, history.
+      const size_t first_state = 4 + 4 + 8 + 8;
+      t.push_back(
+          Def<args::te_linear_state_load>([](World &w, args::te_linear_state_load &a) {
+            a.ctx = w.ctx;
+            a.lin = w.lin;
+            std::vector<unsigned char> &s = saved_state(w, w.lin);
+            a.buf = s.data();
+            a.size = s.size();
+          })
+              .expect("size:size_max", reject_or_accept("the buffer holds a whole state; the header bounds "
+                                                        "nothing but truncation"))
+              .extra("truncated", bytes([](std::vector<unsigned char> &v) { v.pop_back(); }), invalid("buf|size"))
+              .extra("empty", [](World &, args::te_linear_state_load &a) { a.size = 0; }, invalid("buf|size"))
+              .extra("bad_magic", bytes([](std::vector<unsigned char> &v) { v[0] = 'X'; }), invalid("buf"))
+              .extra("other_version", bytes([](std::vector<unsigned char> &v) { v[4] ^= 0x40; }), invalid("buf"))
+              .extra("other_shape",
+                     [](World &w, args::te_linear_state_load &a) {
+                       te_linear_options o;
+                       std::memset(&o, 0, sizeof o);
+                       w.ok(te_linear_options_init(&o), "te_linear_options_init");
+                       o.in_features = 32;
+                       o.out_features = N;
+                       o.activation_dtype = TE_DTYPE_F32;
+                       te_linear *l = nullptr;
+                       w.ok(te_linear_create(&l, w.ctx, &o), "te_linear_create");
+                       std::vector<unsigned char> &s = saved_state(w, l);
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf|lin"))
+              .extra("history_len_neg1", bytes([put32, first_state](std::vector<unsigned char> &v) { put32(v, first_state, -1); }),
+                     invalid("buf"))
+              .extra("history_len_huge",
+                     bytes([put32, first_state](std::vector<unsigned char> &v) { put32(v, first_state, 0x7fffffff); }),
+                     invalid("buf"))
+              .extra("fp8_dtype_99", bytes([put32, first_state](std::vector<unsigned char> &v) { put32(v, first_state + 4, 99); }),
+                     invalid("buf")));
+    }
+
+    // ---- activations ----------------------------------------------------------------------
+    t.push_back(Def<args::te_activation_forward>([](World &w, args::te_activation_forward &a) {
+                  a.ctx = w.ctx;
+                  a.act = TE_ACTIVATION_GELU;
+                  a.x = input(w, TE_DTYPE_F32, {4, 32}, 20).get();
+                  a.y = output(w, TE_DTYPE_F32, {4, 32}).get();
+                })
+                    .tensor("x", TE_DTYPE_F32, {4, 32})
+                    .tensor("y", TE_DTYPE_F32, {4, 32})
+                    .wrong_dtype("x", TE_DTYPE_E4M3));
+    t.push_back(Def<args::te_activation_backward>([](World &w, args::te_activation_backward &a) {
+                  a.ctx = w.ctx;
+                  a.act = TE_ACTIVATION_GELU;
+                  a.x = input(w, TE_DTYPE_F32, {4, 32}, 21).get();
+                  a.dy = input(w, TE_DTYPE_F32, {4, 32}, 22).get();
+                  a.dx = output(w, TE_DTYPE_F32, {4, 32}).get();
+                })
+                    .tensor("x", TE_DTYPE_F32, {4, 32})
+                    .tensor("dy", TE_DTYPE_F32, {4, 32})
+                    .tensor("dx", TE_DTYPE_F32, {4, 32})
+                    .wrong_dtype("x", TE_DTYPE_E4M3));
+
+    // ---- primitives -----------------------------------------------------------------------
+    t.push_back(Def<args::te_quantize_options_init>([](World &w, args::te_quantize_options_init &a) {
+      a.opts = &w.keep(te_quantize_options{});
+    }));
+    {
+      auto eps = [](float v) {
+        return [v](World &w, auto &a) {
+          te_quantize_options &o = w.keep(*a.opts);
+          o.amax_epsilon = v;
+          a.opts = &o;
+        };
+      };
+      const char *eps_why = "a negative or infinite epsilon";
+      t.push_back(Def<args::te_quantize>([](World &w, args::te_quantize &a) {
+                    a.ctx = w.ctx;
+                    a.x = input(w, TE_DTYPE_F32, {N, 32}, 23).get();
+                    a.out = output(w, TE_DTYPE_E4M3, {N, 32}).get();
+                    a.opts = &quantize_opts(w);
+                  })
+                      .tensor("x", TE_DTYPE_F32, {N, 32})
+                      .tensor("out", TE_DTYPE_E4M3, {N, 32})
+                      .wrong_dtype("x", TE_DTYPE_E4M3)
+                      .null_ok("opts", "opts may be NULL (current scaling, epsilon 0)")
+                      .null_ok("opts->scale", "NULL: compute it from x's amax (current scaling)")
+                      .null_ok("opts->amax", "Optional: x's amax is max-accumulated into this float")
+                      .extra("amax_epsilon_neg1", eps(-1.0f), reject({IA}, eps_why, "opts->amax_epsilon"))
+                      .extra("amax_epsilon_inf", eps(INFINITY), reject({IA}, eps_why, "opts->amax_epsilon"))
+                      .extra("amax_epsilon_nan", eps(std::nanf("")), reject({IA}, eps_why, "opts->amax_epsilon")));
+      t.push_back(Def<args::te_cast_transpose>([](World &w, args::te_cast_transpose &a) {
+                    a.ctx = w.ctx;
+                    a.x = input(w, TE_DTYPE_F32, {N, 32}, 24).get();
+                    a.out = output(w, TE_DTYPE_E4M3, {N, 32}).get();
+                    a.out_t = output(w, TE_DTYPE_E4M3, {32, N}).get();
+                    a.opts = &quantize_opts(w);
+                  })
+                      .tensor("x", TE_DTYPE_F32, {N, 32})
+                      .tensor("out", TE_DTYPE_E4M3, {N, 32})
+                      .tensor("out_t", TE_DTYPE_E4M3, {32, N})
+                      .wrong_dtype("x", TE_DTYPE_E4M3)
+                      .null_ok("out", "Either output may be NULL")
+                      .null_ok("out_t", "Either output may be NULL")
+                      .null_ok("opts->scale", "NULL: compute it from x's amax (current scaling)")
+                      .null_ok("opts->amax", "Optional: x's amax is max-accumulated into this float")
+                      .extra("both_outputs_null",
+                             [](World &, args::te_cast_transpose &a) {
+                               a.out = nullptr;
+                               a.out_t = nullptr;
+                             },
+                             invalid("out|out_t"))
+                      .extra("amax_epsilon_neg1", eps(-1.0f), reject({IA}, eps_why, "opts->amax_epsilon")));
+    }
+    t.push_back(Def<args::te_dequantize>([](World &w, args::te_dequantize &a) {
+                  a.ctx = w.ctx;
+                  HostTensor &q = w.keep(make_tensor(TE_DTYPE_E4M3, {N, 32}, TE_SCALING_PER_TENSOR, 0x38));
+                  q.scale_inv[0] = 0.5f;
+                  a.x = q.get();
+                  a.out = output(w, TE_DTYPE_F32, {N, 32}).get();
+                })
+                    .tensor("x", TE_DTYPE_E4M3, {N, 32})
+                    .tensor("out", TE_DTYPE_F32, {N, 32})
+                    .wrong_dtype("out", TE_DTYPE_E5M2));
+    t.push_back(Def<args::te_amax>([](World &w, args::te_amax &a) {
+                  a.ctx = w.ctx;
+                  a.x = input(w, TE_DTYPE_F32, {N, 32}, 25).get();
+                  a.amax = &w.keep(0.0f);
+                })
+                    .tensor("x", TE_DTYPE_F32, {N, 32})
+                    .wrong_dtype("x", TE_DTYPE_E4M3));
+    t.push_back(Def<args::te_gemm_options_init>([](World &w, args::te_gemm_options_init &a) {
+      a.opts = &w.keep(te_gemm_options{});
+    }));
+    t.push_back(Def<args::te_gemm>([](World &w, args::te_gemm &a) {
+                  a.ctx = w.ctx;
+                  a.a = input(w, TE_DTYPE_F32, {N, 32}, 26).get();
+                  a.b = input(w, TE_DTYPE_F32, {32, 64}, 27).get();
+                  a.d = output(w, TE_DTYPE_F32, {N, 64}).get();
+                  te_gemm_options &o = w.keep(te_gemm_options{});
+                  w.ok(te_gemm_options_init(&o), "te_gemm_options_init");
+                  o.epilogue = TE_EPILOGUE_BIAS_GELU;
+                  o.bias = input(w, TE_DTYPE_F32, {64}, 28).get();
+                  o.gelu_input = output(w, TE_DTYPE_F32, {N, 64}).get();
+                  a.opts = &o;
+                })
+                    .tensor("a", TE_DTYPE_F32, {N, 32})
+                    .tensor("b", TE_DTYPE_F32, {32, 64})
+                    .tensor("d", TE_DTYPE_F32, {N, 64})
+                    .tensor("opts->bias", TE_DTYPE_F32, {64})
+                    .tensor("opts->gelu_input", TE_DTYPE_F32, {N, 64})
+                    .wrong_dtype("d", TE_DTYPE_E4M3)
+                    .wrong_dtype("opts->bias", TE_DTYPE_E4M3)
+                    .wrong_dtype("opts->gelu_input", TE_DTYPE_E4M3)
+                    .null_ok("opts->gelu_input", "optional: pre-GELU values [m, n] for GELU epilogues")
+                    .expect("a:dtype_wrong", invalid("a|b"))  // "A and B are both FP8 or both of one
+                                                              // high-precision dtype": either may be blamed
+                    .extra("bias_with_epilogue_none",
+                           [](World &w, args::te_gemm &a) {
+                             te_gemm_options &o = w.keep(*a.opts);
+                             o.epilogue = TE_EPILOGUE_NONE;
+                             o.gelu_input = nullptr;
+                             a.opts = &o;
+                           },
+                           invalid("opts->bias")));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace sweep
