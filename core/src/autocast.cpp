@@ -100,6 +100,31 @@ void Autocast::BucketSet::add(const Recipe *recipe, const Group *group, ScalingS
   b.states.push_back(state);
 }
 
+void Autocast::BucketSet::reserve(int n) {
+  if (used == buckets.size()) buckets.emplace_back();  // a spare for a new (recipe, group) pair
+  for (size_t i = 0; i <= used; ++i) buckets[i].states.reserve(buckets[i].states.size() + static_cast<size_t>(n));
+}
+
+size_t Autocast::BucketSet::states() const {
+  size_t total = 0;
+  for (size_t i = 0; i < used; ++i) total += buckets[i].states.size();
+  return total;
+}
+
+void Autocast::reserve_forward(int n) {
+  forward_.reserve(n);
+  items_.reserve(forward_.states() + static_cast<size_t>(n));
+}
+
+void Autocast::reserve_backward(uint64_t pass, int n) {
+  if (pass == 0) return;
+  // Making the pass pending may update the oldest pending pass (kMaxPendingBackwardPasses):
+  // what a successful call would do at this point too.
+  BucketSet &set = backward_set(pass);
+  set.reserve(n);
+  items_.reserve(set.states() + static_cast<size_t>(n));
+}
+
 void Autocast::BucketSet::clear() {
   for (size_t i = 0; i < used; ++i) {
     for (ScalingState *st : buckets[i].states) st->registered_pass = 0;

@@ -57,23 +57,28 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
   const TensorView dx = make_view(args.dx.data, args.dx.dtype, args.dx.device, s.tokens, o.in_features);
   const bool want_dx = args.dx.data != nullptr, want_dw = args.dw.data != nullptr;
 
+  // As in the forward: allocate, stage and reserve everything first, so that running out of
+  // memory changes nothing (not even an output), then compute. main_grad is accumulated into
+  // last of all.
+  ScratchPlan plan;
+  if (args.db.data) be.plan_bias_grad(dy, &plan);
   if (!s.fp8) {
-    if (want_dx) {
-      GemmArgs g;  // dx = dy W
-      g.a = dy;
-      g.b = s.w_hp;
-      g.d = dx;
-      be.gemm(g);
-    }
-    if (want_dw) {
-      GemmArgs g;  // dW = dy^T x
-      g.a = dy;
-      g.transa = true;
-      g.b = s.x_hp;
-      g.d = args.dw;
-      g.accumulate = o.fuse_wgrad_accumulation;
-      be.gemm(g);
-    }
+    GemmArgs dgrad;  // dx = dy W
+    dgrad.a = dy;
+    dgrad.b = s.w_hp;
+    dgrad.d = dx;
+    GemmArgs wgrad;  // dW = dy^T x
+    wgrad.a = dy;
+    wgrad.transa = true;
+    wgrad.b = s.x_hp;
+    wgrad.d = args.dw;
+    wgrad.accumulate = o.fuse_wgrad_accumulation;
+    if (want_dx) be.plan_gemm(dgrad, &plan);
+    if (want_dw) be.plan_gemm(wgrad, &plan);
+    be.reserve(plan);
+    if (want_dx) be.gemm(dgrad);
+    if (args.db.data) be.bias_grad(dy, args.db);
+    if (want_dw) be.gemm(wgrad);
   } else {
     const Recipe &recipe = *s.recipe;
     const RecipeOptions &ro = recipe.options();
@@ -81,24 +86,35 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
     const bool delayed = recipe.kind() == RecipeKind::Delayed;
     QuantizedMatrix dyq;
     dyq.allocate(be, scaling_mode_for(recipe, TensorKind::Gradient), f8, s.tokens, o.out_features, want_dx, want_dw);
-    if (delayed && !bwd.grad_scale_taken) bwd.grad_scale = Buffer(&be, sizeof(float));
-    L.grad_output.prepare(be, ctx.amax_slots(), recipe, f8);
+    Buffer grad_scale;
+    if (delayed && !bwd.grad_scale_taken) grad_scale = Buffer(&be, sizeof(float));
+    ScalingState::Staged staged = L.grad_output.stage(be, ctx.amax_slots(), recipe, f8);
+    QuantizeRequest req;
+    req.recipe = &recipe;
+    req.group = s.group.get();
+    const GemmArgs dgrad = gemm_tn(dyq.row, s.w->q.col, dx, false, ro.dgrad_split_accumulator);
+    const GemmArgs wgrad = gemm_tn(dyq.col, s.x.col, args.dw, o.fuse_wgrad_accumulation, ro.wgrad_split_accumulator);
+    if (want_dx || want_dw) plan_quantize(be, req, dy, dyq, &plan);
+    if (want_dx) be.plan_gemm(dgrad, &plan);
+    if (want_dw) be.plan_gemm(wgrad, &plan);
+    be.reserve(plan);
+    if (delayed && (want_dx || want_dw)) ctx.autocast().reserve_backward(s.ticket.pass, 1);
+
+    L.grad_output.commit(be, std::move(staged));
+    if (delayed && !bwd.grad_scale_taken) bwd.grad_scale = std::move(grad_scale);
     // A repeated backward must give identical gradients, so dy is always quantized with the scale
     // the first call used, even after the pass's backward update has moved the state's scale.
     if (delayed && !bwd.grad_scale_taken) {
       be.copy(bwd.grad_scale.get(), L.grad_output.scale(), sizeof(float));
       bwd.grad_scale_taken = true;
     }
-    QuantizeRequest req;
-    req.recipe = &recipe;
-    req.group = s.group.get();
     req.state = &L.grad_output;
     req.scale = delayed ? bwd.grad_scale.floats() : nullptr;
     if (want_dx || want_dw) quantize(be, req, dy, dyq);
-    if (want_dx) be.gemm(gemm_tn(dyq.row, s.w->q.col, dx, false, ro.dgrad_split_accumulator));
-    if (want_dw) be.gemm(gemm_tn(dyq.col, s.x.col, args.dw, o.fuse_wgrad_accumulation, ro.wgrad_split_accumulator));
+    if (want_dx) be.gemm(dgrad);
+    if (args.db.data) be.bias_grad(dy, args.db);
+    if (want_dw) be.gemm(wgrad);
   }
-  if (args.db.data) be.bias_grad(dy, args.db);
 
   if (s.fp8 && s.recipe->kind() == RecipeKind::Delayed && (want_dx || want_dw)) {
     Autocast &ac = ctx.autocast();

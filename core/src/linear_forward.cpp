@@ -85,23 +85,34 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   TensorView x2d = make_view(args.input.data, args.input.dtype, args.input.device, tokens, o.in_features);
   TensorView y2d = make_view(y.data, y.dtype, y.device, tokens, o.out_features);
 
-  // Everything that can fail for lack of memory happens before any state changes.
+  // Everything that can fail for lack of memory happens before any state changes: objects and
+  // buffers are allocated, scaling states staged, the kernels' scratch and the autocast buckets'
+  // room reserved; only then are states committed and the kernels run.
   SavedPtr saved = ctx.linear_pool().acquire_saved(ctx);
   saved->layer = lin.core();
   saved->tokens = tokens;
   saved->fp8 = fp8;
+  ScratchPlan plan;
   if (!fp8) {
     saved->x_hp = x2d;
     saved->w_hp = args.weight;
+    const GemmArgs fprop = fprop_gemm(x2d, args.weight, args.bias, y2d, false);
+    be.plan_gemm(fprop, &plan);
     if (calibrating && recipe->kind() == RecipeKind::Delayed) {
-      L.input.prepare(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
-      L.weight.prepare(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
+      ScalingState::Staged in = L.input.stage(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
+      ScalingState::Staged w = L.weight.stage(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
+      be.reserve(plan);
+      ac.reserve_forward(2);
+      L.input.commit(be, std::move(in));
+      L.weight.commit(be, std::move(w));
       be.amax(x2d, L.input.amax(), true);
       be.amax(args.weight, L.weight.amax(), true);
       ac.register_forward(&L.input);
       ac.register_forward(&L.weight);
+    } else {
+      be.reserve(plan);
     }
-    be.gemm(fprop_gemm(x2d, args.weight, args.bias, y2d, false));
+    be.gemm(fprop);
     if (input_t) *input_t = saved->x_hp;
     if (weight_t) *weight_t = saved->w_hp;
     saved_out = std::move(saved);
@@ -121,12 +132,21 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
       wc->q.allocate(be, scaling_mode_for(*recipe, TensorKind::Weight), f8, o.out_features, o.in_features, true, true);
     }
   }
-  L.input.prepare(be, ctx.amax_slots(), *recipe, f8);
-  L.weight.prepare(be, ctx.amax_slots(), *recipe, f8);
-
+  ScalingState::Staged in = L.input.stage(be, ctx.amax_slots(), *recipe, f8);
+  ScalingState::Staged w = L.weight.stage(be, ctx.amax_slots(), *recipe, f8);
   QuantizeRequest req;
   req.recipe = recipe;
   req.group = scope->group;
+  plan_quantize(be, req, x2d, xq, &plan);
+  if (!reuse) plan_quantize(be, req, args.weight, wc->q, &plan);
+  const GemmArgs fprop = fprop_gemm(xq.row, wc->q.row, args.bias, y2d, recipe->options().fprop_split_accumulator);
+  be.plan_gemm(fprop, &plan);
+  be.reserve(plan);
+  const bool delayed = recipe->kind() == RecipeKind::Delayed;
+  if (delayed) ac.reserve_forward(2);
+
+  L.input.commit(be, std::move(in));
+  L.weight.commit(be, std::move(w));
   req.state = &L.input;
   quantize(be, req, x2d, xq);
   if (!reuse) {
@@ -135,9 +155,9 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
     wc->recipe_key = recipe->key();
     L.weight_cache = wc;
   }
-  be.gemm(fprop_gemm(xq.row, wc->q.row, args.bias, y2d, recipe->options().fprop_split_accumulator));
+  be.gemm(fprop);
 
-  if (recipe->kind() == RecipeKind::Delayed) {
+  if (delayed) {
     ac.register_forward(&L.input);
     ac.register_forward(&L.weight);
   }

@@ -32,6 +32,14 @@ void QuantizedMatrix::allocate(Backend &be, ScalingMode mode, DType dtype, int64
   *this = std::move(q);
 }
 
+void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
+                   ScratchPlan *plan) {
+  const TensorView *row = out.row.data ? &out.row : nullptr;
+  const TensorView *col = out.col.data ? &out.col : nullptr;
+  if (req.recipe->kind() == RecipeKind::Block) be.plan_block_quantize(x, plan);
+  else be.plan_cast_transpose(x, row, col, plan);
+}
+
 void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out) {
   const RecipeOptions &o = req.recipe->options();
   TensorView *row = out.row.data ? &out.row : nullptr;

@@ -5,22 +5,34 @@
 
 namespace te {
 
-void ScalingState::prepare(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) {
+ScalingState::Staged ScalingState::stage(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) const {
   const RecipeOptions &o = recipe.options();
+  Staged s;
   // Current and block scaling keep no history: one slot serves as the scale's home.
-  int len = o.kind == RecipeKind::Delayed ? o.amax_history_len : 1;
-  if (len != len_ || fp8_dtype != dtype_) {
-    Buffer mem(&be, sizeof(float) * (static_cast<size_t>(len) + 3));
-    if (!amax_.get()) amax_.acquire(slots);  // zeroed
-    else be.fill_floats(amax_.get(), 0.0f, 1);
-    be.fill_floats(mem.floats(), 0.0f, static_cast<size_t>(len) + 3);
-    be.fill_floats(mem.floats() + len, 1.0f, 2);  // scale = scale_inv = 1
-    mem_ = std::move(mem);
-    len_ = len;
-    dtype_ = fp8_dtype;
+  s.len = o.kind == RecipeKind::Delayed ? o.amax_history_len : 1;
+  s.dtype = fp8_dtype;
+  s.margin = o.margin;
+  s.algo = o.amax_algo;
+  s.reinit = s.len != len_ || fp8_dtype != dtype_;
+  if (s.reinit) {
+    s.mem = Buffer(&be, sizeof(float) * (static_cast<size_t>(s.len) + 3));
+    if (!amax_.get()) s.slot.acquire(slots);  // zeroed
+    be.fill_floats(s.mem.floats(), 0.0f, static_cast<size_t>(s.len) + 3);
+    be.fill_floats(s.mem.floats() + s.len, 1.0f, 2);  // scale = scale_inv = 1
   }
-  margin_ = o.margin;
-  algo_ = o.amax_algo;
+  return s;
+}
+
+void ScalingState::commit(Backend &be, Staged &&s) {
+  if (s.reinit) {
+    if (s.slot.get()) amax_ = std::move(s.slot);
+    else be.fill_floats(amax_.get(), 0.0f, 1);
+    mem_ = std::move(s.mem);
+    len_ = s.len;
+    dtype_ = s.dtype;
+  }
+  margin_ = s.margin;
+  algo_ = s.algo;
 }
 
 void ScalingState::read(Backend &be, float *scale_out, float *scale_inv_out, float *history_out,

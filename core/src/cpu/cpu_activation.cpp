@@ -81,6 +81,10 @@ void CpuBackend::activation_backward(Activation act, const TensorView &x, const 
   }
 }
 
+void CpuBackend::plan_bias_grad(const TensorView &dy, ScratchPlan *plan) const {
+  plan->add(static_cast<size_t>(2 * dy.cols()) * sizeof(float));
+}
+
 void CpuBackend::bias_grad(const TensorView &dy, const TensorView &db) {
   const int64_t n = dy.cols(), rows = dy.rows();
   Buffer storage(this, static_cast<size_t>(2 * n) * sizeof(float));

@@ -50,7 +50,6 @@ void *CpuCachingAllocator::alloc(size_t bytes) {
     throw Error(Status::OutOfMemory, "the CPU backend cannot allocate " + std::to_string(bytes) +
                                          " bytes: more than this machine's memory (" +
                                          std::to_string(max_block_bytes_) + " bytes)");
-  owned_.reserve(owned_.size() + 1);  // nothing can fail once the block is taken
   const size_t cls = size_class(bytes);
   SizeClass &sc = classes_[cls];  // inserts a node only the first time a class is seen
   if (!sc.free_blocks.empty()) {
@@ -58,6 +57,7 @@ void *CpuCachingAllocator::alloc(size_t bytes) {
     sc.free_blocks.pop_back();  // keeps the vector's capacity
     return p;
   }
+  owned_.reserve(owned_.size() + 1);  // nothing can fail once the block is taken
   sc.free_blocks.reserve(sc.blocks_total + 1);
   void *p = system_alloc(cls);
   if (p == nullptr) {

@@ -6,6 +6,13 @@
 
 namespace te {
 
+void CpuBackend::reserve(const ScratchPlan &plan) {
+  // Take every block at once (so that blocks of one size class are counted, not reused), then
+  // give them back to the cache, whose free lists keep them for the planned calls.
+  Buffer held[ScratchPlan::kMax];
+  for (int i = 0; i < plan.n; ++i) held[i] = Buffer(this, plan.bytes[i]);
+}
+
 void CpuBackend::set_stream(void *stream) {
   if (stream == nullptr) return;
   char text[32];

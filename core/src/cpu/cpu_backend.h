@@ -41,6 +41,14 @@ class CpuBackend final : public Backend {
                            const TensorView &dx) override;
   void bias_grad(const TensorView &dy, const TensorView &db) override;
 
+  void plan_gemm(const GemmArgs &args, ScratchPlan *plan) const override;
+  void plan_cast_transpose(const TensorView &x, const TensorView *out, const TensorView *out_t,
+                           ScratchPlan *plan) const override;
+  void plan_block_quantize(const TensorView &x, ScratchPlan *plan) const override;
+  void plan_bias_grad(const TensorView &dy, ScratchPlan *plan) const override;
+  void reserve(const ScratchPlan &plan) override;
+  void plan_dequantize(const TensorView &x, ScratchPlan *plan) const;
+
   void gather_amax(const ScaleUpdateItem *items, int n, float *packed) override;
   void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) override;
 

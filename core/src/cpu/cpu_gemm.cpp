@@ -44,7 +44,25 @@ FloatOperand to_float_operand(CpuBackend *be, const TensorView &t, float *alpha)
   return op;
 }
 
+bool has_bias(const GemmArgs &g) { return g.epilogue == Epilogue::Bias || g.epilogue == Epilogue::BiasGelu; }
+// The product lands in D itself when D is F32 and nothing older must be read back from it.
+bool product_in_d(const GemmArgs &g) { return g.d.dtype == DType::F32 && !g.accumulate; }
+
 }  // namespace
+
+// Exactly the blocks gemm() takes, in the order it takes them.
+void CpuBackend::plan_gemm(const GemmArgs &g, ScratchPlan *plan) const {
+  const int64_t m = g.d.rows(), n = g.d.cols();
+  if (m == 0 || n == 0) return;
+  for (const TensorView *t : {&g.a, &g.b}) {
+    if (t->dtype == DType::F32) continue;
+    plan->add(static_cast<size_t>(t->numel()) * sizeof(float));
+    if (is_fp8(t->dtype) && t->scaling != ScalingMode::PerTensor) plan_dequantize(*t, plan);
+  }
+  if (!product_in_d(g)) plan->add(static_cast<size_t>(m * n) * sizeof(float));
+  if (has_bias(g)) plan->add(static_cast<size_t>(n) * sizeof(float));
+  if (g.accumulate) plan->add(static_cast<size_t>(n) * sizeof(float));
+}
 
 void CpuBackend::gemm(const GemmArgs &g) {
   const int64_t m = g.d.rows(), n = g.d.cols();
@@ -55,11 +73,15 @@ void CpuBackend::gemm(const GemmArgs &g) {
   const FloatOperand a = to_float_operand(this, g.a, &alpha);
   const FloatOperand b = to_float_operand(this, g.b, &alpha);
 
-  // The product lands in D itself when D is F32 and nothing older must be read back from it.
-  const bool product_in_d = g.d.dtype == DType::F32 && !g.accumulate;
+  const bool in_d = product_in_d(g);
   Buffer product_storage;
-  if (!product_in_d) product_storage = Buffer(this, static_cast<size_t>(m * n) * sizeof(float));
-  float *c = product_in_d ? static_cast<float *>(g.d.data) : product_storage.floats();
+  if (!in_d) product_storage = Buffer(this, static_cast<size_t>(m * n) * sizeof(float));
+  float *c = in_d ? static_cast<float *>(g.d.data) : product_storage.floats();
+  // Every block before D is first written: a failed allocation leaves D as it was.
+  const bool bias_epilogue = has_bias(g);
+  Buffer bias_storage, old_d_storage;
+  if (bias_epilogue) bias_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+  if (g.accumulate) old_d_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
 
   if (k == 0) {
     std::fill(c, c + m * n, 0.0f);
@@ -70,17 +92,11 @@ void CpuBackend::gemm(const GemmArgs &g) {
                 static_cast<int>(g.b.cols()), 0.0f, c, static_cast<int>(n));
   }
 
-  const bool has_bias = g.epilogue == Epilogue::Bias || g.epilogue == Epilogue::BiasGelu;
   const bool has_gelu = g.epilogue == Epilogue::Gelu || g.epilogue == Epilogue::BiasGelu;
   const bool store_gelu_input = has_gelu && g.gelu_input.data != nullptr;
-  if (!has_bias && !has_gelu && !g.accumulate && product_in_d) return;
+  if (!bias_epilogue && !has_gelu && !g.accumulate && in_d) return;
 
-  Buffer bias_storage, old_d_storage;
-  if (has_bias) {
-    bias_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
-    cpu::load_floats(g.bias.data, g.bias.dtype, 0, n, bias_storage.floats());
-  }
-  if (g.accumulate) old_d_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+  if (bias_epilogue) cpu::load_floats(g.bias.data, g.bias.dtype, 0, n, bias_storage.floats());
   const float *bias = bias_storage.floats();
   float *old_d = old_d_storage.floats();
 
@@ -91,14 +107,14 @@ void CpuBackend::gemm(const GemmArgs &g) {
       cpu::load_floats(g.d.data, g.d.dtype, i * n, n, old_d);
       for (int64_t j = 0; j < n; ++j) row[j] += old_d[j];
     }
-    if (has_bias) {
+    if (bias_epilogue) {
       for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     }
     if (store_gelu_input) cpu::store_floats(row, n, g.gelu_input.data, g.gelu_input.dtype, i * n);
     if (has_gelu) {
       for (int64_t j = 0; j < n; ++j) row[j] = cpu::gelu(row[j]);
     }
-    if (!product_in_d) cpu::store_floats(row, n, g.d.data, g.d.dtype, i * n);
+    if (!in_d) cpu::store_floats(row, n, g.d.data, g.d.dtype, i * n);
   }
 }
 

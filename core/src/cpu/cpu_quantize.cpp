@@ -56,6 +56,22 @@ void CpuBackend::scale_from_amax(const float *amax, float *scale, float *scale_i
   *scale_inv = 1.0f / s;
 }
 
+// The plan_* functions list exactly the blocks the kernels below take.
+void CpuBackend::plan_cast_transpose(const TensorView &x, const TensorView *out, const TensorView *out_t,
+                                     ScratchPlan *plan) const {
+  plan->add(static_cast<size_t>(x.cols()) * sizeof(float));
+  const bool transpose_from_out = out != nullptr && out_t != nullptr && out->dtype == out_t->dtype;
+  if (out_t != nullptr && !transpose_from_out) plan->add(static_cast<size_t>(kTransposeTile * x.cols()));
+}
+
+void CpuBackend::plan_block_quantize(const TensorView &x, ScratchPlan *plan) const {
+  plan->add(static_cast<size_t>(kBlock * x.cols()) * sizeof(float));
+}
+
+void CpuBackend::plan_dequantize(const TensorView &x, ScratchPlan *plan) const {
+  plan->add(static_cast<size_t>(x.cols()) * sizeof(float));
+}
+
 void CpuBackend::cast_transpose(const TensorView &x, const float *scale, float *amax_accum,
                                 TensorView *out, TensorView *out_t) {
   const int64_t rows = x.rows(), cols = x.cols();

@@ -46,6 +46,16 @@ class AmaxSlot {
   ~AmaxSlot() { reset(); }
   AmaxSlot(const AmaxSlot &) = delete;
   AmaxSlot &operator=(const AmaxSlot &) = delete;
+  AmaxSlot(AmaxSlot &&o) noexcept : owner_(o.owner_), slot_(o.slot_) { o.slot_ = nullptr; }
+  AmaxSlot &operator=(AmaxSlot &&o) noexcept {
+    if (this != &o) {
+      reset();
+      owner_ = o.owner_;
+      slot_ = o.slot_;
+      o.slot_ = nullptr;
+    }
+    return *this;
+  }
   void acquire(AmaxSlots &slots) {
     reset();
     slot_ = slots.acquire();

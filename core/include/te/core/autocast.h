@@ -58,6 +58,12 @@ class Autocast {
   const AutocastScope *innermost() const { return depth_ ? &stack_[depth_ - 1] : nullptr; }
   bool recording() const { return innermost() && (innermost()->enabled || innermost()->calibrating); }
 
+  // A module calls reserve_* before it changes anything, so that the register_* calls after its
+  // compute cannot run out of memory: room for `n` more states in the open pass's forward
+  // buckets, or in the backward buckets of `pass` (whose set it makes pending).
+  void reserve_forward(int n);
+  void reserve_backward(uint64_t pass, int n);
+
   // Called by a module's forward inside a recording scope.
   PassTicket enter_module();
   void register_forward(ScalingState *state);
@@ -82,7 +88,9 @@ class Autocast {
     std::vector<Bucket> buckets;
     size_t used = 0;
     void add(const Recipe *recipe, const Group *group, ScalingState *state);
+    void reserve(int n);
     void clear();
+    size_t states() const;
   };
 
   void update(BucketSet &set);
@@ -100,7 +108,7 @@ class Autocast {
   int modules_in_pass_ = 0;
   BucketSet forward_;
   std::vector<BucketSet> backward_;  // pending backward passes (pooled)
-  std::vector<ScaleUpdateItem> items_;
+  std::vector<ScaleUpdateItem> items_;  // capacity >= every state registered: update never allocates
   Buffer packed_amax_;
 };
 

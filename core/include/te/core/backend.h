@@ -55,6 +55,16 @@ struct ScaleUpdateItem {
   float fp8_max;
 };
 
+// The scratch memory a sequence of backend calls will take from the backend's cache. A core
+// operation collects it first and reserves it, so that running out of memory happens before the
+// operation changes any state, never halfway through (the strong guarantee of the C API).
+struct ScratchPlan {
+  static constexpr int kMax = 24;
+  size_t bytes[kMax];
+  int n = 0;
+  void add(size_t b);  // throws Internal beyond kMax (a plan is a handful of blocks)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -96,6 +106,18 @@ class Backend {
                                    const TensorView &dx) = 0;
   // db[n] = sum over rows of dy[rows, n], accumulated in fp32.
   virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
+
+  // ---- scratch ----
+  // What gemm / cast_transpose / block_quantize with these arguments take from the cache, added
+  // to *plan (nothing on backends whose kernels need no scratch).
+  virtual void plan_gemm(const GemmArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_cast_transpose(const TensorView & /*x*/, const TensorView * /*out*/,
+                                   const TensorView * /*out_t*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_block_quantize(const TensorView & /*x*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_bias_grad(const TensorView & /*dy*/, ScratchPlan * /*plan*/) const {}
+  // Makes the cache hold every block of `plan` at once; afterwards the planned calls allocate
+  // nothing. Throws OutOfMemory (and then nothing changed).
+  virtual void reserve(const ScratchPlan & /*plan*/) {}
 
   // ---- scaling-state maintenance ----
   // packed[i] = items[i].history[0]: the one contiguous buffer a group all-reduces.

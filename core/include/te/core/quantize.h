@@ -34,5 +34,8 @@ struct QuantizeRequest {
 
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.
 void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out);
+// Adds the scratch that quantize(be, req, x, out) takes to *plan.
+void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
+                   ScratchPlan *plan);
 
 }  // namespace te

@@ -17,7 +17,23 @@ class ScalingState {
   // Makes the state ready for `recipe` producing `fp8_dtype`. The first use, or a change of
   // history length or FP8 type, (re)initialises it: history zeroed, scale 1 (TE's start).
   // Allocates only then.
-  void prepare(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype);
+  void prepare(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) {
+    commit(be, stage(be, slots, recipe, fp8_dtype));
+  }
+  // prepare() in two steps, for an operation that prepares several states and must change none
+  // of them if it runs out of memory: stage() allocates what prepare would need and changes
+  // nothing; commit() applies it and cannot fail.
+  struct Staged {
+    bool reinit = false;
+    Buffer mem;
+    AmaxSlot slot;  // a new amax slot, when the state had none
+    int len = 0;
+    DType dtype = DType::E4M3;
+    int margin = 0;
+    AmaxAlgo algo = AmaxAlgo::Max;
+  };
+  Staged stage(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) const;
+  void commit(Backend &be, Staged &&s);  // throws only for a device failure
   bool initialized() const { return len_ > 0; }
 
   // Device layout: history[len] | scale | scale_inv | amax scratch. history[0] is unused: the
