@@ -27,6 +27,22 @@
  *    The library keeps no hidden global training state.
  *  - Memory: the caller owns every te_tensor's memory. Handles are created by
  *    te_*_create and freed by the matching destroy/release.
+ *  - Handles are identities, not addresses: a destroyed (or released) handle
+ *    stays dead even when its memory or its pooled object is reused, and a
+ *    value that is not a live handle of the expected type - NULL, destroyed,
+ *    of another type, or not a libte handle at all - is never dereferenced:
+ *    it gives INVALID_ARGUMENT saying which (destroy functions and getters
+ *    that cannot fail ignore it and return their NULL value).
+ *  - Lifetimes: whatever a scope, a pending backward or a layer still needs
+ *    is kept alive by it. Destroying a group or context, or releasing a
+ *    recipe, kills the caller's handle at once; the object itself is freed
+ *    when the last scope, bucket, layer or backward context using it is done.
+ *  - Sizes: a tensor has at most 2^60 elements; a shape whose element count
+ *    exceeds that (or overflows) is INVALID_ARGUMENT, never arithmetic that
+ *    wraps.
+ *  - OUT_OF_MEMORY keeps the strong guarantee: the call allocates before it
+ *    changes anything, so it can be retried (a training step interrupted by
+ *    an allocation failure and retried gives the same result).
  */
 #ifndef TE_TE_H
 #define TE_TE_H
@@ -130,7 +146,8 @@ typedef struct te_tensor {
   te_scaling_mode scaling; /* FP8 only */
 } te_tensor;
 
-/* Number of elements of t (product of its shape); 0 for NULL or bad ndim. */
+/* Number of elements of t (product of its shape); 0 for NULL, a bad ndim, a
+ * dimension < 1, or a count above 2^60 (so it never overflows). */
 TE_API int64_t te_tensor_numel(const te_tensor *t);
 
 /* Number of floats t->scale_inv must hold for t's shape and scaling mode.
@@ -143,8 +160,13 @@ TE_API te_status te_tensor_scale_inv_count(int64_t *count, const te_tensor *t);
  * float32/float16/bfloat16 (and uint8 viewed as `fp8_dtype`, which must then
  * be TE_DTYPE_E4M3 or TE_DTYPE_E5M2) on kDLCPU, kDLCUDA or kDLCUDAHost.
  * For FP8 the caller sets out->scale_inv (and out->scaling) afterwards.
- * Errors: INVALID_ARGUMENT for NULL, non-contiguous strides, a byte_offset
- * that misaligns the data, an unknown dtype or device, ndim > TE_MAX_DIMS. */
+ * The producer's tensor must be writable: a DLManagedTensorVersioned flagged
+ * DLPACK_FLAG_BITMASK_READ_ONLY is refused (libte may write to any te_tensor).
+ * Errors: INVALID_ARGUMENT for NULL (including a NULL shape), `versioned`
+ * other than 0 or 1, non-contiguous strides, a byte_offset that misaligns or
+ * wraps the data pointer, an unknown dtype or device, a CUDA device_id < 0,
+ * ndim outside 1..TE_MAX_DIMS, more than 2^60 elements, a read-only tensor;
+ * UNSUPPORTED for a DLManagedTensorVersioned of a major version other than 1. */
 TE_API te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_tensor,
                                        int versioned, te_dtype fp8_dtype);
 
@@ -168,8 +190,10 @@ TE_API te_status te_context_options_init(te_context_options *opts);
  * (bad struct_size or device), UNSUPPORTED (CUDA asked for, but this build has
  * no CUDA backend or no such GPU), OUT_OF_MEMORY. */
 TE_API te_status te_context_create(te_context **out, const te_context_options *opts);
-/* Frees the context. Linears and backward contexts created with it must be
- * destroyed first. NULL is a no-op. Open autocast scopes are dropped. */
+/* Destroys the caller's handle at once; no later call can name the context.
+ * Linears, residuals and backward contexts made with it keep it alive until
+ * they are destroyed too (in any order); open autocast scopes are dropped
+ * with it. NULL (or a dead handle) is a no-op. */
 TE_API void te_context_destroy(te_context *ctx);
 /* The context's device. Errors: INVALID_ARGUMENT for NULLs. */
 TE_API te_status te_context_get_device(const te_context *ctx, te_device *out);
@@ -183,8 +207,9 @@ TE_API te_status te_context_synchronize(te_context *ctx);
 
 /* Memory on the context's device, for programs without an allocator of their
  * own (plain C, the demos): the GPU's stream-ordered pool, or 64-byte aligned
- * host memory on the CPU. Free every block with te_context_free before
- * destroying ctx. Errors: INVALID_ARGUMENT (bytes == 0), OUT_OF_MEMORY. */
+ * host memory on the CPU. Blocks still allocated when the context is freed
+ * are freed with it. Errors: INVALID_ARGUMENT (bytes == 0 or above
+ * PTRDIFF_MAX), OUT_OF_MEMORY (including a size above the machine's memory). */
 TE_API te_status te_context_malloc(te_context *ctx, size_t bytes, void **out);
 /* Frees a block from te_context_malloc (stream-ordered on the GPU). NULL is a
  * no-op. Errors: INVALID_ARGUMENT for a pointer this context did not allocate. */
@@ -259,13 +284,18 @@ typedef struct te_recipe te_recipe;
 /* Creates a recipe with refcount 1. opts NULL = default delayed scaling.
  * Errors: INVALID_ARGUMENT for an out-of-range field (named in the message). */
 TE_API te_status te_recipe_create(te_recipe **out, const te_recipe_options *opts);
-/* Adds a reference; returns r. Thread-safe; NULL is a no-op. */
+/* Adds a reference; returns r, or NULL (and does nothing) when r is not a live
+ * recipe. Thread-safe. */
 TE_API te_recipe *te_recipe_retain(te_recipe *r);
-/* Drops a reference, freeing at zero. Thread-safe; NULL is a no-op. */
+/* Drops a reference, freeing at zero (scopes and saved forwards that use the
+ * recipe hold references of their own). Thread-safe; NULL or a dead handle is
+ * a no-op. */
 TE_API void te_recipe_release(te_recipe *r);
 /* A 64-bit key computed once at creation from every field that affects
- * numerics: equal options <=> equal keys, within one process (the canonical
- * encoding is interned, not hashed). Never 0 for a valid recipe; 0 for NULL. */
+ * numerics: the canonical encoding of the options itself, packed into 63 bits
+ * (not a hash, and no table that grows with every recipe ever created), so
+ * equal options <=> equal keys, in every process and run. Never 0 for a valid
+ * recipe; 0 for NULL or a dead handle. */
 TE_API uint64_t te_recipe_key(const te_recipe *r);
 /* A canonical description built at creation, e.g.
  * "delayed_scaling(format=HYBRID,margin=0,...)". Valid while r lives. "" for NULL. */
@@ -328,7 +358,10 @@ TE_API te_status te_group_init_nccl(te_group **out, int32_t rank, int32_t nranks
  * with ncclCommAbort) or has no communicator (single-rank). Aborting twice is
  * a no-op. */
 TE_API te_status te_group_abort(te_group *g);
-/* NULL is a no-op. Every context must be done with the group. */
+/* Destroys the caller's handle at once. Scopes, autocast buckets and saved
+ * forwards that used the group keep it (and its communicator) alive until
+ * their reductions are done, so a backward may run after its group was
+ * destroyed. NULL (or a dead handle) is a no-op. */
 TE_API void te_group_destroy(te_group *g);
 /* A process-unique id, never reused, never 0 (0 names the implicit
  * single-rank group used when an autocast scope has none). */
@@ -351,7 +384,8 @@ typedef struct te_autocast_options {
 
 TE_API te_status te_autocast_options_init(te_autocast_options *opts);
 
-/* Identifies one open scope; pass it to te_autocast_end. */
+/* Identifies one open scope; pass it to te_autocast_end. Unique in the
+ * process: a token of another context never names a scope of this one. */
 typedef uint64_t te_autocast_token;
 
 /* Opens a scope on ctx's stack. Options are plain data: one value may be
@@ -449,7 +483,10 @@ TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin,
                                            const te_linear_forward_args *args, te_tensor *y,
                                            te_linear_residuals *residuals);
 
-/* Frees residuals that were not handed to forward_save. Idempotent; NULL ok. */
+/* Frees residuals that were not handed to forward_save. Idempotent; NULL ok.
+ * `internal` is a handle owned by one struct: after forward_save or a release,
+ * every copy of the struct names nothing (saving or releasing a copy is then
+ * INVALID_ARGUMENT or a no-op, never a double free). */
 TE_API void te_linear_residuals_release(te_linear_residuals *residuals);
 
 typedef struct te_linear_backward_ctx te_linear_backward_ctx;
@@ -521,8 +558,15 @@ TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *l
  * the bytes needed. Errors: INVALID_ARGUMENT when capacity is too small. */
 TE_API te_status te_linear_state_save(te_context *ctx, const te_linear *lin, void *buf,
                                       size_t capacity, size_t *size);
-/* Restores what state_save wrote. Errors: INVALID_ARGUMENT for a buffer that
- * is truncated, of another version, or for a layer of another shape. */
+/* Restores what state_save wrote. Accepts exactly what state_save can write:
+ * a used state has a normal positive finite scale, scale_inv == 1/scale, and
+ * history entries that are amaxes (+0, positive or +inf; state_save writes a
+ * NaN amax as 0, which scale updates treat alike); a never-used one has length
+ * 0, E4M3 and scale = scale_inv = 1. Errors: INVALID_ARGUMENT for a buffer
+ * that is truncated, of another version, for another layer shape, or holds
+ * any other value; INVALID_STATE while an open autocast scope or a pending
+ * backward pass holds the layer's scaling states (load after
+ * te_autocast_end and the backward, or te_autocast_flush_backward). */
 TE_API te_status te_linear_state_load(te_context *ctx, te_linear *lin, const void *buf,
                                       size_t size);
 

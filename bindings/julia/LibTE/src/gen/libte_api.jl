@@ -125,7 +125,8 @@ struct te_tensor
     scaling::te_scaling_mode  # offset 96: te_scaling_mode
 end
 
-# Number of elements of t (product of its shape); 0 for NULL or bad ndim.
+# Number of elements of t (product of its shape); 0 for NULL, a bad ndim, a
+# dimension < 1, or a count above 2^60 (so it never overflows).
 # C: int64_t te_tensor_numel(const te_tensor *t)
 function te_tensor_numel(t)
     ccall((:te_tensor_numel, libte), Int64, (Ptr{te_tensor},), t)
@@ -144,8 +145,13 @@ end
 # float32/float16/bfloat16 (and uint8 viewed as `fp8_dtype`, which must then
 # be TE_DTYPE_E4M3 or TE_DTYPE_E5M2) on kDLCPU, kDLCUDA or kDLCUDAHost.
 # For FP8 the caller sets out->scale_inv (and out->scaling) afterwards.
-# Errors: INVALID_ARGUMENT for NULL, non-contiguous strides, a byte_offset
-# that misaligns the data, an unknown dtype or device, ndim > TE_MAX_DIMS.
+# The producer's tensor must be writable: a DLManagedTensorVersioned flagged
+# DLPACK_FLAG_BITMASK_READ_ONLY is refused (libte may write to any te_tensor).
+# Errors: INVALID_ARGUMENT for NULL (including a NULL shape), `versioned`
+# other than 0 or 1, non-contiguous strides, a byte_offset that misaligns or
+# wraps the data pointer, an unknown dtype or device, a CUDA device_id < 0,
+# ndim outside 1..TE_MAX_DIMS, more than 2^60 elements, a read-only tensor;
+# UNSUPPORTED for a DLManagedTensorVersioned of a major version other than 1.
 # C: te_status te_tensor_from_dlpack(te_tensor *out, const void *dl_managed_tensor, int versioned, te_dtype fp8_dtype)
 function te_tensor_from_dlpack(out, dl_managed_tensor, versioned, fp8_dtype)
     ccall((:te_tensor_from_dlpack, libte), te_status, (Ptr{te_tensor}, Ptr{Cvoid}, Cint, te_dtype), out, dl_managed_tensor, versioned, fp8_dtype)
@@ -182,8 +188,10 @@ function te_context_create(out, opts)
     ccall((:te_context_create, libte), te_status, (Ptr{Ptr{te_context}}, Ptr{te_context_options}), out, opts)
 end
 
-# Frees the context. Linears and backward contexts created with it must be
-# destroyed first. NULL is a no-op. Open autocast scopes are dropped.
+# Destroys the caller's handle at once; no later call can name the context.
+# Linears, residuals and backward contexts made with it keep it alive until
+# they are destroyed too (in any order); open autocast scopes are dropped
+# with it. NULL (or a dead handle) is a no-op.
 # C: void te_context_destroy(te_context *ctx)
 function te_context_destroy(ctx)
     ccall((:te_context_destroy, libte), Cvoid, (Ptr{te_context},), ctx)
@@ -212,8 +220,9 @@ end
 
 # Memory on the context's device, for programs without an allocator of their
 # own (plain C, the demos): the GPU's stream-ordered pool, or 64-byte aligned
-# host memory on the CPU. Free every block with te_context_free before
-# destroying ctx. Errors: INVALID_ARGUMENT (bytes == 0), OUT_OF_MEMORY.
+# host memory on the CPU. Blocks still allocated when the context is freed
+# are freed with it. Errors: INVALID_ARGUMENT (bytes == 0 or above
+# PTRDIFF_MAX), OUT_OF_MEMORY (including a size above the machine's memory).
 # C: te_status te_context_malloc(te_context *ctx, size_t bytes, void **out)
 function te_context_malloc(ctx, bytes, out)
     ccall((:te_context_malloc, libte), te_status, (Ptr{te_context}, Csize_t, Ptr{Ptr{Cvoid}}), ctx, bytes, out)
@@ -333,21 +342,26 @@ function te_recipe_create(out, opts)
     ccall((:te_recipe_create, libte), te_status, (Ptr{Ptr{te_recipe}}, Ptr{te_recipe_options}), out, opts)
 end
 
-# Adds a reference; returns r. Thread-safe; NULL is a no-op.
+# Adds a reference; returns r, or NULL (and does nothing) when r is not a live
+# recipe. Thread-safe.
 # C: te_recipe *te_recipe_retain(te_recipe *r)
 function te_recipe_retain(r)
     ccall((:te_recipe_retain, libte), Ptr{te_recipe}, (Ptr{te_recipe},), r)
 end
 
-# Drops a reference, freeing at zero. Thread-safe; NULL is a no-op.
+# Drops a reference, freeing at zero (scopes and saved forwards that use the
+# recipe hold references of their own). Thread-safe; NULL or a dead handle is
+# a no-op.
 # C: void te_recipe_release(te_recipe *r)
 function te_recipe_release(r)
     ccall((:te_recipe_release, libte), Cvoid, (Ptr{te_recipe},), r)
 end
 
 # A 64-bit key computed once at creation from every field that affects
-# numerics: equal options <=> equal keys, within one process (the canonical
-# encoding is interned, not hashed). Never 0 for a valid recipe; 0 for NULL.
+# numerics: the canonical encoding of the options itself, packed into 63 bits
+# (not a hash, and no table that grows with every recipe ever created), so
+# equal options <=> equal keys, in every process and run. Never 0 for a valid
+# recipe; 0 for NULL or a dead handle.
 # C: uint64_t te_recipe_key(const te_recipe *r)
 function te_recipe_key(r)
     ccall((:te_recipe_key, libte), UInt64, (Ptr{te_recipe},), r)
@@ -450,7 +464,10 @@ function te_group_abort(g)
     ccall((:te_group_abort, libte), te_status, (Ptr{te_group},), g)
 end
 
-# NULL is a no-op. Every context must be done with the group.
+# Destroys the caller's handle at once. Scopes, autocast buckets and saved
+# forwards that used the group keep it (and its communicator) alive until
+# their reductions are done, so a backward may run after its group was
+# destroyed. NULL (or a dead handle) is a no-op.
 # C: void te_group_destroy(te_group *g)
 function te_group_destroy(g)
     ccall((:te_group_destroy, libte), Cvoid, (Ptr{te_group},), g)
@@ -498,7 +515,8 @@ function te_autocast_options_init(opts)
     ccall((:te_autocast_options_init, libte), te_status, (Ptr{te_autocast_options},), opts)
 end
 
-# Identifies one open scope; pass it to te_autocast_end.
+# Identifies one open scope; pass it to te_autocast_end. Unique in the
+# process: a token of another context never names a scope of this one.
 const te_autocast_token = UInt64  # uint64_t
 
 const TE_AUTOCAST_MAX_DEPTH = Cint(64)
@@ -645,6 +663,9 @@ function te_linear_forward_compute(ctx, lin, args, y, residuals)
 end
 
 # Frees residuals that were not handed to forward_save. Idempotent; NULL ok.
+# `internal` is a handle owned by one struct: after forward_save or a release,
+# every copy of the struct names nothing (saving or releasing a copy is then
+# INVALID_ARGUMENT or a no-op, never a double free).
 # C: void te_linear_residuals_release(te_linear_residuals *residuals)
 function te_linear_residuals_release(residuals)
     ccall((:te_linear_residuals_release, libte), Cvoid, (Ptr{te_linear_residuals},), residuals)
@@ -742,8 +763,15 @@ function te_linear_state_save(ctx, lin, buf, capacity, size)
     ccall((:te_linear_state_save, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ctx, lin, buf, capacity, size)
 end
 
-# Restores what state_save wrote. Errors: INVALID_ARGUMENT for a buffer that
-# is truncated, of another version, or for a layer of another shape.
+# Restores what state_save wrote. Accepts exactly what state_save can write:
+# a used state has a normal positive finite scale, scale_inv == 1/scale, and
+# history entries that are amaxes (+0, positive or +inf; state_save writes a
+# NaN amax as 0, which scale updates treat alike); a never-used one has length
+# 0, E4M3 and scale = scale_inv = 1. Errors: INVALID_ARGUMENT for a buffer
+# that is truncated, of another version, for another layer shape, or holds
+# any other value; INVALID_STATE while an open autocast scope or a pending
+# backward pass holds the layer's scaling states (load after
+# te_autocast_end and the backward, or te_autocast_flush_backward).
 # C: te_status te_linear_state_load(te_context *ctx, te_linear *lin, const void *buf, size_t size)
 function te_linear_state_load(ctx, lin, buf, size)
     ccall((:te_linear_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{Cvoid}, Csize_t), ctx, lin, buf, size)
