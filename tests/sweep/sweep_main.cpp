@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
@@ -469,7 +470,13 @@ void report(const char *tag, const std::string &text) {
   (void)r;
 }
 void fail(const std::string &text) { report("FAIL", text); }
-void stage(const std::string &text) { report("STAGE", text); }
+// Stages carry the child's stderr size when they begin, so that a sanitizer report that does not
+// end the process can be placed in the stage that printed it.
+void stage(const std::string &text) {
+  std::fflush(stderr);
+  const off_t at = lseek(2, 0, SEEK_END);
+  report("STAGE", std::to_string(static_cast<long long>(at < 0 ? 0 : at)) + " " + text);
+}
 
 std::string hex_preview(const unsigned char *p, size_t n) {
   std::ostringstream o;
@@ -823,13 +830,30 @@ void prime_last_error(const std::string &fn) {
   else (void)te_context_get_device(nullptr, nullptr);
 }
 
+// Does the message name the argument? `names` is a path ("args->input") or alternatives
+// ("a|b"). Messages follow te.h's "<function>: argument '<name>': <expected vs. got>"; the
+// <name> quoted first must be the path or a part of it ("args->input->data", "x->shape[0]"),
+// so a message blaming another argument that merely mentions this one does not count. A message
+// without that form must at least contain the path as a whole identifier.
 bool names_argument(const std::string &msg, const std::string &names) {
-  // `names`: "a" or alternatives "a|b"; each must occur as a whole identifier path.
+  std::string quoted;
+  const size_t a = msg.find("argument '");
+  if (a != std::string::npos) {
+    const size_t b = a + 10, e = msg.find('\'', b);
+    if (e != std::string::npos) quoted = msg.substr(b, e - b);
+  }
   size_t start = 0;
   while (start <= names.size()) {
     size_t bar = names.find('|', start);
     std::string n = names.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
-    if (!n.empty() && te_test::contains_identifier(msg, n)) return true;
+    if (!n.empty()) {
+      if (a == std::string::npos) {
+        if (te_test::contains_identifier(msg, n)) return true;
+      } else if (quoted.compare(0, n.size(), n) == 0) {
+        const char next = quoted.size() > n.size() ? quoted[n.size()] : '\0';
+        if (next == '\0' || next == '-' || next == '.' || next == '[') return true;
+      }
+    }
     if (bar == std::string::npos) break;
     start = bar + 1;
   }
@@ -1147,15 +1171,25 @@ ChildOutcome run_forked(const Case &c) {
   const std::string rep = read_file(rpath), err = read_file(epath);
   unlink(rpath);
   unlink(epath);
-  std::string last_stage = "(before any stage)";
+  std::string last_stage = "(before any stage)", report_stage = last_stage;
+  size_t first_report = std::string::npos;
+  for (const char *head : {"ERROR: AddressSanitizer", "runtime error:", "AddressSanitizer:DEADLYSIGNAL"})
+    first_report = std::min(first_report, err.find(head));
   std::istringstream in(rep);
   std::string line;
   while (std::getline(in, line)) {
     for (char &ch : line)
       if (ch == '\x1f') ch = '\n';
-    if (line.compare(0, 5, "FAIL ") == 0) oc.failures.push_back(line.substr(5));
-    else if (line.compare(0, 6, "STAGE ") == 0) last_stage = line.substr(6);
-    else if (line.compare(0, 5, "SKIP ") == 0) oc.skip = line.substr(5);
+    if (line.compare(0, 5, "FAIL ") == 0) {
+      oc.failures.push_back(line.substr(5));
+    } else if (line.compare(0, 6, "STAGE ") == 0) {
+      const size_t sp = line.find(' ', 6);
+      const long long at = std::atoll(line.substr(6, sp - 6).c_str());
+      last_stage = sp == std::string::npos ? "" : line.substr(sp + 1);
+      if (first_report == std::string::npos || static_cast<size_t>(at) <= first_report) report_stage = last_stage;
+    } else if (line.compare(0, 5, "SKIP ") == 0) {
+      oc.skip = line.substr(5);
+    }
   }
   const std::string excerpt = sanitizer_excerpt(err);
   if (timed_out) {
@@ -1167,7 +1201,7 @@ ChildOutcome run_forked(const Case &c) {
     oc.failures.push_back("CRASH: exited with status " + std::to_string(WEXITSTATUS(status)) + " in stage: " + last_stage +
                           (excerpt.empty() ? "\n" + err.substr(0, 2000) : "\n" + excerpt));
   } else if (!excerpt.empty()) {
-    oc.failures.push_back("SANITIZER report (in stage: " + last_stage + " or before):\n" + excerpt);
+    oc.failures.push_back("SANITIZER report in stage: " + report_stage + "\n" + excerpt);
   }
   return oc;
 }
