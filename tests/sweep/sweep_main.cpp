@@ -4,7 +4,8 @@
 //
 //   pointer                  -> NULL (unless the fixture quotes the header allowing NULL)
 //   handle                   -> each handle of another type, a destroyed one (destroyed, then an
-//                               object of the same type made again), a zeroed 64-byte block
+//                               object of the same type made again), a zeroed 64-byte block, a
+//                               freed 64-byte block (reading it is a use-after-free under ASan)
 //   options struct           -> struct_size 0 and sizeof - 1; its fields by their types
 //   enum (param or field)    -> -1 and INT32_MAX
 //   0/1 boolean              -> 2
@@ -107,7 +108,7 @@ std::string gtest_safe(const std::string &s) {
 // ---- mutations --------------------------------------------------------------------------------
 
 enum class M {
-  Null, WrongType, Destroyed, Garbage, StructSize0, StructSizeSmall, EnumNeg1, EnumLarge, Bool2, SizeMax,
+  Null, WrongType, Destroyed, Garbage, GarbageFreed, StructSize0, StructSizeSmall, EnumNeg1, EnumLarge, Bool2, SizeMax,
   DataNull, Ndim0, NdimTooMany, Dim0, DimNeg1, NumelOverflow, NumelWraps, BytesOverflow, BytesWraps,
   DtypeNeg1, Dtype99, DtypeWrong, DeviceType7, DeviceTypeNeg1, DeviceIndexNeg1, DeviceCuda, NoScaleInv,
   ScalingNeg1, Scaling99,
@@ -119,6 +120,7 @@ const char *mutation_name(M m) {
     case M::WrongType: return "wrong_type";
     case M::Destroyed: return "destroyed";
     case M::Garbage: return "garbage";
+    case M::GarbageFreed: return "garbage_freed";
     case M::StructSize0: return "struct_size_0";
     case M::StructSizeSmall: return "struct_size_small";
     case M::EnumNeg1: return "enum_neg1";
@@ -256,7 +258,7 @@ struct CaseBuilder {
       c.other_type = other;
       add(c);
     }
-    for (M m : {M::Destroyed, M::Garbage}) {
+    for (M m : {M::Destroyed, M::Garbage, M::GarbageFreed}) {
       Case c;
       c.param = p;
       c.field = field;
@@ -701,6 +703,15 @@ std::string apply_mutation(World &w, const FunctionInfo &fi, const Fixture &f, c
       void *g = w.block(64);
       store<void *>(target, g);
       pr.zero.push_back({g, 64});
+      return "";
+    }
+    case M::GarbageFreed: {
+      // Never a handle, and not readable: under AddressSanitizer any dereference of it is a
+      // reported use-after-free (handles must be resolved without reading the caller's value).
+      void *g = std::malloc(64);
+      const uintptr_t value = reinterpret_cast<uintptr_t>(g);
+      std::free(g);
+      store<uintptr_t>(target, value);
       return "";
     }
     case M::StructSize0: case M::StructSizeSmall: {
