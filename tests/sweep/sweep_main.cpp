@@ -43,8 +43,14 @@
 
 // Sanitizer defaults for this program: a huge allocation request returns NULL (the library must
 // turn it into OUT_OF_MEMORY) instead of aborting the process.
-extern "C" const char *__asan_default_options() { return "allocator_may_return_null=1:detect_leaks=0"; }
-extern "C" const char *__ubsan_default_options() { return "print_stacktrace=1"; }
+// (Visible: the project compiles with -fvisibility=hidden, and the sanitizer runtimes look these up
+// dynamically.)
+extern "C" __attribute__((visibility("default"), used)) const char *__asan_default_options() {
+  return "allocator_may_return_null=1:detect_leaks=0";
+}
+extern "C" __attribute__((visibility("default"), used)) const char *__ubsan_default_options() {
+  return "print_stacktrace=1";
+}
 
 namespace sweep {
 namespace {
