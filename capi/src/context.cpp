@@ -79,6 +79,8 @@ TE_API te_status te_context_copy(te_context *ctx, void *dst, const void *src, si
     Context *c = to_context(ctx);
     check_not_null(dst, "dst");
     check_not_null(src, "src");
+    if (bytes > static_cast<size_t>(PTRDIFF_MAX))
+      fail(Status::InvalidArgument, "argument 'bytes': expected at most PTRDIFF_MAX (%td), got %zu", PTRDIFF_MAX, bytes);
     const int k = enum_int(kind);
     Backend &be = c->backend();
     switch (k) {

@@ -278,6 +278,9 @@ TEST(HardeningSizes, MallocOfImpossibleSizesFailsCleanly) {
   EXPECT_EQ(te_context_malloc(ctx.get(), static_cast<size_t>(PTRDIFF_MAX), &p), TE_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(p, reinterpret_cast<void *>(0x1));
   ASSERT_TE_OK(te_context_malloc(ctx.get(), 100, &p));
+  char host[100] = {1};
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_context_copy", "bytes",
+                 te_context_copy(ctx.get(), p, host, SIZE_MAX, TE_COPY_HOST_TO_DEVICE));
   EXPECT_TE_OK(te_context_free(ctx.get(), p));
 }
 

@@ -224,7 +224,9 @@ typedef enum te_copy_kind {
 /* Copies bytes between host memory and the context's device (or within the
  * device), in stream order. Copies that touch host memory complete before the
  * call returns (the host buffer is then free to change); device-to-device
- * copies are only enqueued. On a CPU context every kind is a memcpy. */
+ * copies are only enqueued. On a CPU context every kind is a memcpy.
+ * Errors: INVALID_ARGUMENT (NULL dst or src, bytes above PTRDIFF_MAX, an
+ * unknown kind). */
 TE_API te_status te_context_copy(te_context *ctx, void *dst, const void *src, size_t bytes, te_copy_kind kind);
 
 /* Counters of the work autocast did on this context since its creation:

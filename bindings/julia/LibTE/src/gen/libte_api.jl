@@ -245,6 +245,8 @@ const TE_COPY_DEVICE_TO_DEVICE = te_copy_kind(2)
 # device), in stream order. Copies that touch host memory complete before the
 # call returns (the host buffer is then free to change); device-to-device
 # copies are only enqueued. On a CPU context every kind is a memcpy.
+# Errors: INVALID_ARGUMENT (NULL dst or src, bytes above PTRDIFF_MAX, an
+# unknown kind).
 # C: te_status te_context_copy(te_context *ctx, void *dst, const void *src, size_t bytes, te_copy_kind kind)
 function te_context_copy(ctx, dst, src, bytes, kind)
     ccall((:te_context_copy, libte), te_status, (Ptr{te_context}, Ptr{Cvoid}, Ptr{Cvoid}, Csize_t, te_copy_kind), ctx, dst, src, bytes, kind)
