@@ -293,7 +293,7 @@ const std::vector<Fixture> &fixtures() {
                        a.dl_managed_tensor = &v;
                        a.versioned = 1;
                      },
-                     invalid(dn))
+                     reject({UNSUP}, "UNSUPPORTED for a DLManagedTensorVersioned of a major version other than 1", dn))
               .check([](World &, const args::te_tensor_from_dlpack &a, const CallResult &) {
                 const te_tensor &o = *a.out;
                 return o.dtype == TE_DTYPE_E4M3 && o.ndim == 2 && o.shape[0] == 4 && o.shape[1] == 8 && o.data ? ""
@@ -968,6 +968,7 @@ const std::vector<Fixture> &fixtures() {
                       .wrong_dtype("x", TE_DTYPE_E4M3)
                       .null_ok("out", "Either output may be NULL")
                       .null_ok("out_t", "Either output may be NULL")
+                      .null_ok("opts", "opts may be NULL, as for te_quantize")
                       .null_ok("opts->scale", "NULL: compute it from x's amax (current scaling)")
                       .null_ok("opts->amax", "Optional: x's amax is max-accumulated into this float")
                       .extra("both_outputs_null",
@@ -1015,6 +1016,7 @@ const std::vector<Fixture> &fixtures() {
                     .tensor("d", TE_DTYPE_F32, {N, 64})
                     .tensor("opts->bias", TE_DTYPE_F32, {64})
                     .tensor("opts->gelu_input", TE_DTYPE_F32, {N, 64})
+                    .null_ok("opts", "opts may be NULL: te_gemm_options_init's defaults")
                     .wrong_dtype("d", TE_DTYPE_E4M3)
                     .wrong_dtype("opts->bias", TE_DTYPE_E4M3)
                     .wrong_dtype("opts->gelu_input", TE_DTYPE_E4M3)

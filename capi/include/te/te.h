@@ -621,7 +621,7 @@ TE_API te_status te_quantize(te_context *ctx, const te_tensor *x, te_tensor *out
  * transpose: the K-major operand FP8 GEMMs need) in one pass. Per-tensor:
  * out_t is exactly the transpose of out with the same scale. 1x128 blocks:
  * out_t is x^T quantized with its own 1x128 blocks. 128x128: the transposed
- * tile grid. Either output may be NULL. */
+ * tile grid. Either output may be NULL. opts may be NULL, as for te_quantize. */
 TE_API te_status te_cast_transpose(te_context *ctx, const te_tensor *x, te_tensor *out,
                                    te_tensor *out_t, const te_quantize_options *opts);
 
@@ -660,7 +660,8 @@ TE_API te_status te_gemm_options_init(te_gemm_options *opts);
  * transa = 0 and transb = 1 (both operands K-major), m, n, k multiples of 16,
  * not both E5M2; per-tensor scaling multiplies by both scale_inv; block
  * scaled operands (A 1x128, B 1x128 or 128x128) are dequantized per block.
- * Errors: INVALID_ARGUMENT, UNSUPPORTED. */
+ * opts may be NULL: te_gemm_options_init's defaults (no transposes, no
+ * epilogue). Errors: INVALID_ARGUMENT, UNSUPPORTED. */
 TE_API te_status te_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *d,
                          const te_gemm_options *opts);
 
