@@ -13,10 +13,10 @@ constexpr size_t kMaxPendingBackwardPasses = 64;
 
 namespace {
 // Tokens are unique in the process, not per context, so a token of one context never closes a
-// scope of another.
-uint64_t next_token() {
+// scope of another: each stack numbers its scopes after a prefix of its own, drawn once.
+uint64_t next_token_prefix() {
   static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
+  return next.fetch_add(1, std::memory_order_relaxed) << 32;
 }
 
 void release_scope(AutocastScope &s) {
@@ -26,6 +26,9 @@ void release_scope(AutocastScope &s) {
   s.group = nullptr;
 }
 }  // namespace
+
+Autocast::Autocast(Backend &be, AutocastStats &stats, const AmaxSlots &slots)
+    : be_(be), stats_(stats), slots_(slots), token_prefix_(next_token_prefix()) {}
 
 Autocast::~Autocast() {
   while (depth_ > 0) release_scope(stack_[--depth_]);
@@ -43,7 +46,9 @@ uint64_t Autocast::begin(bool enabled, bool calibrating, const Recipe *recipe, c
   recipe->retain();
   if (group) group->retain();
   AutocastScope &s = stack_[depth_++];
-  s.token = next_token();
+  // 2^32 scopes per prefix; a stack that opens more takes a new prefix.
+  if (static_cast<uint32_t>(++tokens_issued_) == 0) token_prefix_ = next_token_prefix();
+  s.token = token_prefix_ | static_cast<uint32_t>(tokens_issued_);
   s.enabled = enabled;
   s.calibrating = calibrating;
   s.recipe = recipe;

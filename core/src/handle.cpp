@@ -9,29 +9,22 @@
 
 namespace te {
 
+namespace handle_table {
+std::atomic<Slot *> chunks[kChunks] = {};
+}  // namespace handle_table
+
 namespace {
 
-// id = generation << 25 | slot << 1 | 1. Odd, so no object address is ever a valid handle; at
-// most 2^24 live handles; generations up to 2^38 keep ids below 2^63 (safe in signed FFIs).
-constexpr unsigned kSlotBits = 24;
-constexpr unsigned kChunkBits = 12;
-constexpr uint32_t kChunkSize = 1u << kChunkBits;
-constexpr uint32_t kChunks = 1u << (kSlotBits - kChunkBits);
+using namespace handle_table;
 constexpr uint64_t kMaxGeneration = (uint64_t{1} << 38) - 1;
-
-struct Slot {
-  std::atomic<uint64_t> state{0};  // generation << 8 | kind (Dead when retired)
-  std::atomic<Handle *> object{nullptr};
-};
 
 struct Table {
   std::mutex mu;
   std::vector<uint32_t> free_slots;
   uint32_t next_unused = 0;
   uint64_t live = 0;
-  std::atomic<Slot *> chunks[kChunks] = {};
 
-  Slot &slot(uint32_t i) { return chunks[i >> kChunkBits].load(std::memory_order_acquire)[i & (kChunkSize - 1)]; }
+  static Slot &slot(uint32_t i) { return chunks[i >> kChunkBits].load(std::memory_order_acquire)[i & (kChunkSize - 1)]; }
 
   uint32_t take() {
     std::lock_guard<std::mutex> lock(mu);
@@ -101,29 +94,19 @@ void Handle::reissue() {
   id_ = gen << (kSlotBits + 1) | uint64_t{slot_} << 1 | 1;
 }
 
-Handle *resolve_handle(const void *value, HandleKind kind, HandleFault *fault, HandleKind *actual) {
-  const auto v = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(value));
-  *fault = HandleFault::None;
-  if (v == 0) { *fault = HandleFault::Null; return nullptr; }
-  if (!(v & 1)) { *fault = HandleFault::NotAHandle; return nullptr; }
-  const uint32_t index = static_cast<uint32_t>(v >> 1) & ((1u << kSlotBits) - 1);
+Handle *handle_table::fault(uint64_t v, uint64_t state, HandleKind kind, HandleFault *fault, HandleKind *actual) {
   const uint64_t gen = v >> (kSlotBits + 1);
-  Table &t = table();
-  Slot *chunk = t.chunks[index >> kChunkBits].load(std::memory_order_acquire);
-  if (!chunk) { *fault = HandleFault::NotAHandle; return nullptr; }
-  Slot &s = chunk[index & (kChunkSize - 1)];
-  const uint64_t state = s.state.load(std::memory_order_acquire);
-  if (generation_of(state) != gen || kind_of(state) == HandleKind::Dead) {
+  if (v == 0) *fault = HandleFault::Null;
+  else if (!(v & 1) || state == 0) *fault = HandleFault::NotAHandle;  // never issued
+  else if (generation_of(state) != gen || kind_of(state) == HandleKind::Dead)
     // An older generation was issued once and is dead; a newer one never was.
     *fault = gen != 0 && gen <= generation_of(state) ? HandleFault::Destroyed : HandleFault::NotAHandle;
-    return nullptr;
-  }
-  if (kind_of(state) != kind) {
+  else {
     *fault = HandleFault::WrongKind;
     *actual = kind_of(state);
-    return nullptr;
   }
-  return s.object.load(std::memory_order_relaxed);
+  (void)kind;
+  return nullptr;
 }
 
 uint64_t live_handle_slots() {

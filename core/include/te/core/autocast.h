@@ -49,7 +49,7 @@ struct PassTicket {
 
 class Autocast {
  public:
-  Autocast(Backend &be, AutocastStats &stats, const AmaxSlots &slots) : be_(be), stats_(stats), slots_(slots) {}
+  Autocast(Backend &be, AutocastStats &stats, const AmaxSlots &slots);
   ~Autocast();
 
   uint64_t begin(bool enabled, bool calibrating, const Recipe *recipe, const Group *group);
@@ -103,6 +103,8 @@ class Autocast {
   AutocastScope stack_[kAutocastMaxDepth];
   int depth_ = 0;
   int recording_depth_ = 0;
+  uint64_t token_prefix_;        // unique to this stack: tokens are unique in the process
+  uint64_t tokens_issued_ = 0;
   uint64_t next_pass_ = 1;
   uint64_t pass_ = 0;
   int modules_in_pass_ = 0;

@@ -14,6 +14,7 @@
 // its slot, so the per-step reissue of a backward context is two atomic stores.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace te {
@@ -55,9 +56,37 @@ class Handle {
   HandleKind kind_;
 };
 
+namespace handle_table {
+// id = generation << 25 | slot << 1 | 1. Odd, so no object address is ever a valid handle; at
+// most 2^24 live handles; generations up to 2^38 keep ids below 2^63 (safe in signed FFIs).
+constexpr unsigned kSlotBits = 24;
+constexpr unsigned kChunkBits = 12;
+constexpr uint32_t kChunkSize = 1u << kChunkBits;
+constexpr uint32_t kChunks = 1u << (kSlotBits - kChunkBits);
+
+struct Slot {
+  std::atomic<uint64_t> state{0};  // generation << 8 | kind (Dead when retired)
+  std::atomic<Handle *> object{nullptr};
+};
+// Zero-initialised at load time (no guard on the lookup path); chunks are never freed.
+extern std::atomic<Slot *> chunks[kChunks];
+[[gnu::cold]] Handle *fault(uint64_t value, uint64_t state, HandleKind kind, HandleFault *fault, HandleKind *actual);
+}  // namespace handle_table
+
 // The live object behind `value` if it is a handle of `kind`; otherwise nullptr with *fault (and
-// *actual, the live kind, for WrongKind) set.
-Handle *resolve_handle(const void *value, HandleKind kind, HandleFault *fault, HandleKind *actual);
+// *actual, the live kind, for WrongKind) set. Inline: every API call resolves its handles.
+inline Handle *resolve_handle(const void *value, HandleKind kind, HandleFault *fault, HandleKind *actual) {
+  using namespace handle_table;
+  const auto v = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(value));
+  const uint32_t index = static_cast<uint32_t>(v >> 1) & ((1u << kSlotBits) - 1);
+  Slot *chunk = (v & 1) ? chunks[index >> kChunkBits].load(std::memory_order_acquire) : nullptr;
+  const uint64_t state = chunk ? chunk[index & (kChunkSize - 1)].state.load(std::memory_order_acquire) : 0;
+  if (chunk && state == ((v >> (kSlotBits + 1)) << 8 | static_cast<uint64_t>(kind))) {
+    *fault = HandleFault::None;
+    return chunk[index & (kChunkSize - 1)].object.load(std::memory_order_relaxed);
+  }
+  return handle_table::fault(v, chunk ? state : 0, kind, fault, actual);
+}
 
 // Handles ever issued minus those destroyed: for tests that check nothing leaks.
 uint64_t live_handle_slots();
