@@ -89,7 +89,9 @@ TE_API const char *te_version_string(void) {
 }
 
 TE_API const char *te_status_string(te_status s) {
-  switch (s) {
+  // Any int may arrive here (a C caller's cast, a newer library's code): read the bits as an int,
+  // since loading an out-of-range value as the enum is undefined in C++.
+  switch (enum_int(s)) {
     case TE_SUCCESS: return "TE_SUCCESS";
     case TE_ERROR_INVALID_ARGUMENT: return "TE_ERROR_INVALID_ARGUMENT";
     case TE_ERROR_INVALID_STATE: return "TE_ERROR_INVALID_STATE";
