@@ -9,11 +9,11 @@
 #include <new>
 #include <string>
 
-#include "te/core/check.h"
-#include "te/core/context.h"
-#include "te/core/group.h"
-#include "te/core/linear.h"
-#include "te/core/recipe.h"
+#include "base/check.h"
+#include "context/context.h"
+#include "dist/group.h"
+#include "modules/linear/linear.h"
+#include "scaling/recipe.h"
 
 namespace te::capi {
 

@@ -3,7 +3,7 @@
 #include "capi_common.h"
 // CUDA- and NCCL-free declarations of the NCCL group factories (core/src/dist): they throw
 // Unsupported in builds without the CUDA backend or <nccl.h>, or where libnccl.so.2 is absent.
-#include "te/core/nccl_group.h"
+#include "dist/nccl_group.h"
 
 using namespace te;
 using namespace te::capi;

@@ -288,7 +288,7 @@ TEST(HardeningSizes, MallocOfImpossibleSizesFailsCleanly) {
 
 namespace {
 
-// Byte offsets in a saved state (linear_state_io.cpp): header, then per state len, dtype, scale,
+// Byte offsets in a saved state (core/modules/linear/state_io.cpp): header, then per state len, dtype, scale,
 // scale_inv, history.
 constexpr size_t kHeader = 4 + 4 + 8 + 8;
 

@@ -427,7 +427,7 @@ TEST(LinearState, LoadRejectsBadBuffersAndLeavesStateUnchanged) {
   std::vector<unsigned char> bad_magic = good;
   bad_magic[0] ^= 0xFF;
   expect_rejected(bad_magic.data(), bad_magic.size(), "corrupted magic");
-  // Format (see core/src/linear_state_io.cpp): 4-byte magic, then a uint32 version.
+  // Format (see core/modules/linear/state_io.cpp): 4-byte magic, then a uint32 version.
   std::vector<unsigned char> bad_version = good;
   bad_version[4] = static_cast<unsigned char>(bad_version[4] + 1);
   expect_rejected(bad_version.data(), bad_version.size(), "other version");

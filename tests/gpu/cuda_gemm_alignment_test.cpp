@@ -4,7 +4,7 @@
 #include <random>
 
 #include "gpu/gpu_test_support.h"
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 namespace te::gpu_test {
 namespace {

@@ -1,4 +1,4 @@
-// The CUDA backend's GEMMs (core/src/cuda/lt_gemm.cpp) against an fp64 reference computed here on
+// The CUDA backend's GEMMs (core/backends/cuda/lt_gemm.cpp) against an fp64 reference computed here on
 // the host from the operands' bytes (FP8 codes decoded exactly and multiplied by their scale_inv,
 // per tensor or per block), and against the CPU backend's gemm.
 //
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_support.h"
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 #if TE_HAVE_CUDA_BACKEND
 #include <cuda_runtime.h>

@@ -2,7 +2,7 @@
 // backward with its gradient-scale update, an SGD step) captured in a CUDA graph and replayed
 // gives bit-identical weights and scaling states to the same steps run eagerly: nothing in the
 // step synchronises the host, allocates outside stream order, or reads state back.
-#include "te/core/backend.h"  // TE_HAVE_CUDA_BACKEND
+#include "backends/backend.h"  // TE_HAVE_CUDA_BACKEND
 
 #if TE_HAVE_CUDA_BACKEND
 #include <cuda_runtime.h>
@@ -11,8 +11,8 @@
 #include <random>
 
 #include "gpu/gpu_test_support.h"
-#include "te/core/context.h"
-#include "te/core/linear.h"
+#include "context/context.h"
+#include "modules/linear/linear.h"
 
 namespace te::gpu_test {
 namespace {

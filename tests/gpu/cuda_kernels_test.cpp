@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_support.h"
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 namespace te::gpu_test {
 namespace {

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gpu/gpu_test_support.h"
-#include "te/core/context.h"
-#include "te/core/linear.h"
+#include "context/context.h"
+#include "modules/linear/linear.h"
 
 namespace te::gpu_test {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "te/core/backend.h"
+#include "backends/backend.h"
 
 namespace te::gpu_test {
 

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 namespace {
 

@@ -863,7 +863,7 @@ const std::vector<Fixture> &fixtures() {
         };
       };
       auto put32 = [](std::vector<unsigned char> &v, size_t at, int32_t x) { std::memcpy(v.data() + at, &x, 4); };
-      // Layout (core/src/linear_state_io.cpp, the versioned format): "TELS", u32 version,
+      // Layout (core/modules/linear/state_io.cpp, the versioned format): "TELS", u32 version,
       // i64 in, i64 out, then per state: i32 history_len, i32 fp8 dtype, f32 scale,
       // f32 scale_inv, history.
       const size_t first_state = 4 + 4 + 8 + 8;

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "te/core/amax_slots.h"
-#include "te/core/backend.h"
+#include "scaling/amax_slots.h"
+#include "backends/backend.h"
 
 namespace {
 

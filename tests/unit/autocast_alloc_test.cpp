@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "te/core/context.h"
-#include "te/core/linear.h"
+#include "context/context.h"
+#include "modules/linear/linear.h"
 
 namespace {
 std::atomic<long> g_allocations{0};

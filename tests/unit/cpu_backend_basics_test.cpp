@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/cpu_allocator.h"
-#include "cpu/cpu_backend.h"
+#include "backends/cpu/cpu_allocator.h"
+#include "backends/cpu/cpu_backend.h"
 
 namespace {
 

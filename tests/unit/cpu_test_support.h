@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "te/core/backend.h"
-#include "te/core/numerics.h"
+#include "backends/backend.h"
+#include "numerics/numerics.h"
 
 namespace te_test {
 

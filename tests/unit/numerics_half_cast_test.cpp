@@ -7,7 +7,7 @@
 #include <random>
 
 #include "numerics_reference.h"
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 namespace {
 

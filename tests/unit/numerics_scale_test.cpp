@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "te/core/numerics.h"
+#include "numerics/numerics.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "te/core/types.h"
+#include "base/types.h"
 
 namespace {
 

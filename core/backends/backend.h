@@ -1,0 +1,167 @@
+// The internal backend interface: everything device-specific that libte does goes through it.
+// The CPU backend (core/src/cpu) is the reference implementation; the CUDA backend (core/src/cuda)
+// implements the same interface with kernels and cuBLASLt.
+//
+// Contract for every implementation:
+//  - All tensor and float pointers passed in live on this backend's device. Scalars that the
+//    numerics need (scales, amaxes, scale_inv) are passed by device pointer, never read back to
+//    the host: a training step never synchronises the host.
+//  - Work is enqueued in call order on the backend's stream (the CPU runs it immediately).
+//  - Results are bit-identical across backends for every cast, quantization, amax, scale
+//    formula and scale update (te/core/numerics.h is the definition). GEMMs and reductions of
+//    sums may differ by accumulation order only.
+//  - Inputs have been validated by the core; a backend throws te::Error only for device
+//    failures (Cuda, Cublas, OutOfMemory) or an operation it cannot do (Unsupported).
+//  - alloc()/free() serve the hot path from a cache: after warm-up a training step makes no
+//    system allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "numerics/numerics.h"
+#include "base/types.h"
+
+namespace te {
+
+enum class Activation : int { ReLU = 0, GELU = 1, SwiGLU = 2 };
+enum class Epilogue : int { None = 0, Bias = 1, Gelu = 2, BiasGelu = 3 };
+
+// D[m, n] = op(A)[m, k] op(B)[k, n] (row-major), then the epilogue, then D's dtype.
+// FP8 operands: per-tensor scaled ones are multiplied by A.scale_inv[0] * B.scale_inv[0] after
+// the fp32 accumulation; block-scaled ones are dequantized per block first.
+struct GemmArgs {
+  TensorView a, b, d;
+  bool transa = false, transb = false;
+  Epilogue epilogue = Epilogue::None;
+  TensorView bias;                    // used by the Bias epilogues
+  TensorView gelu_input;              // optional pre-GELU output (data == nullptr: none)
+  bool accumulate = false;            // D += result
+  bool split_accumulator = false;     // FP8 fast-accumulation off (CUDA); exact on the CPU
+};
+
+// One scaling state as the fused update sees it: history[len], then scale, then scale_inv; the
+// current amax (history slot 0) is read from *amax, which the update then zeroes (amax may point
+// at history[0] itself, or at the state's slot in the context's AmaxSlots).
+struct ScaleUpdateItem {
+  float *history;
+  float *amax;
+  float *scale;
+  float *scale_inv;
+  int len;
+  int margin;
+  AmaxAlgo algo;
+  float fp8_max;
+};
+
+// The scratch memory a sequence of backend calls will take from the backend's cache. A core
+// operation collects it first and reserves it, so that running out of memory happens before the
+// operation changes any state, never halfway through (the strong guarantee of the C API).
+struct ScratchPlan {
+  static constexpr int kMax = 24;
+  size_t bytes[kMax];
+  int n = 0;
+  void add(size_t b);  // throws Internal beyond kMax (a plan is a handful of blocks)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- stream and memory ----
+  virtual void set_stream(void *stream) = 0;
+  virtual void *stream() const = 0;
+  virtual void synchronize() = 0;
+  virtual void *alloc(size_t bytes) = 0;          // cached; throws OutOfMemory
+  virtual void free(void *ptr, size_t bytes) = 0;  // back to the cache; nullptr ok
+  virtual void copy(void *dst, const void *src, size_t bytes) = 0;          // device -> device
+  virtual void copy_to_host(void *dst, const void *src, size_t bytes) = 0;  // synchronises
+  virtual void copy_from_host(void *dst, const void *src, size_t bytes) = 0;
+  virtual void fill_floats(float *dst, float value, size_t count) = 0;
+
+  // ---- quantization ----
+  // *amax (= or max-accumulated) = max |x|; NaN if x holds a NaN.
+  virtual void amax(const TensorView &x, float *amax, bool accumulate) = 0;
+  // scale = compute_scale_from_amax(*amax, ...); scale_inv = 1 / scale.
+  virtual void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max,
+                               bool power_of_2, float epsilon) = 0;
+  // Per-tensor cast with *scale: out = fp8(x * scale), out_t = its transpose ([cols, rows]),
+  // either may be null; writes 1/scale to each output's scale_inv[0]; when amax_accum is set,
+  // max-accumulates max |x| into it in the same pass.
+  virtual void cast_transpose(const TensorView &x, const float *scale, float *amax_accum,
+                              TensorView *out, TensorView *out_t) = 0;
+  // Block quantization (mode = out/out_t scaling): scales from each block's amax with
+  // compute_scale_from_amax; 1x128: out_t is x^T quantized in its own 1x128 blocks;
+  // 128x128: out_t uses the transposed tile grid (same scales, transposed).
+  virtual void block_quantize(const TensorView &x, ScalingMode mode, bool power_of_2,
+                              float epsilon, TensorView *out, TensorView *out_t) = 0;
+  virtual void dequantize(const TensorView &x, const TensorView &out) = 0;
+
+  // ---- math ----
+  virtual void gemm(const GemmArgs &args) = 0;
+  virtual void activation_forward(Activation act, const TensorView &x, const TensorView &y) = 0;
+  virtual void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
+                                   const TensorView &dx) = 0;
+  // db[n] = sum over rows of dy[rows, n], accumulated in fp32.
+  virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
+
+  // ---- scratch ----
+  // What gemm / cast_transpose / block_quantize with these arguments take from the cache, added
+  // to *plan (nothing on backends whose kernels need no scratch).
+  virtual void plan_gemm(const GemmArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_cast_transpose(const TensorView & /*x*/, const TensorView * /*out*/,
+                                   const TensorView * /*out_t*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_block_quantize(const TensorView & /*x*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_bias_grad(const TensorView & /*dy*/, ScratchPlan * /*plan*/) const {}
+  // Makes the cache hold every block of `plan` at once; afterwards the planned calls allocate
+  // nothing. Throws OutOfMemory (and then nothing changed).
+  virtual void reserve(const ScratchPlan & /*plan*/) {}
+
+  // ---- scaling-state maintenance ----
+  // packed[i] = items[i].history[0]: the one contiguous buffer a group all-reduces.
+  virtual void gather_amax(const ScaleUpdateItem *items, int n, float *packed) = 0;
+  // delayed_scale_update for every item in one pass (one launch on CUDA); reduced_amax, when
+  // not null, holds the all-reduced amax of item i at [i].
+  virtual void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Throws Unsupported when libte was built without CUDA or the device is unusable.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+bool cuda_backend_available();
+
+// RAII for one backend allocation.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend *be, size_t bytes) : be_(be), bytes_(bytes), ptr_(bytes ? be->alloc(bytes) : nullptr) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer &&o) noexcept : be_(o.be_), bytes_(o.bytes_), ptr_(o.ptr_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  Buffer &operator=(Buffer &&o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_; bytes_ = o.bytes_; ptr_ = o.ptr_;
+      o.ptr_ = nullptr; o.bytes_ = 0;
+    }
+    return *this;
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  void reset() {
+    if (ptr_) be_->free(ptr_, bytes_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void *get() const { return ptr_; }
+  float *floats() const { return static_cast<float *>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend *be_ = nullptr;
+  size_t bytes_ = 0;
+  void *ptr_ = nullptr;
+};
+
+}  // namespace te

@@ -1,0 +1,51 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace te {
+
+void CpuBackend::reserve(const ScratchPlan &plan) {
+  // Take every block at once (so that blocks of one size class are counted, not reused), then
+  // give them back to the cache, whose free lists keep them for the planned calls.
+  Buffer held[ScratchPlan::kMax];
+  for (int i = 0; i < plan.n; ++i) held[i] = Buffer(this, plan.bytes[i]);
+}
+
+void CpuBackend::set_stream(void *stream) {
+  if (stream == nullptr) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", stream);
+  throw Error(Status::InvalidArgument,
+              std::string("argument 'stream': a CPU context takes no stream (NULL), got ") + text);
+}
+
+void CpuBackend::copy(void *dst, const void *src, size_t bytes) {
+  if (bytes != 0) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::copy_to_host(void *dst, const void *src, size_t bytes) { copy(dst, src, bytes); }
+
+void CpuBackend::copy_from_host(void *dst, const void *src, size_t bytes) { copy(dst, src, bytes); }
+
+void CpuBackend::fill_floats(float *dst, float value, size_t count) {
+  for (size_t i = 0; i < count; ++i) dst[i] = value;
+}
+
+void CpuBackend::gather_amax(const ScaleUpdateItem *items, int n, float *packed) {
+  for (int i = 0; i < n; ++i) packed[i] = *items[i].amax;
+}
+
+void CpuBackend::scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) {
+  for (int i = 0; i < n; ++i) {
+    const ScaleUpdateItem &it = items[i];
+    delayed_scale_update(it.history, it.len, it.scale, it.scale_inv, it.fp8_max, it.margin, it.algo,
+                         reduced_amax != nullptr ? &reduced_amax[i] : it.amax);
+    *it.amax = 0.0f;
+  }
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace te

@@ -1,0 +1,121 @@
+// GEMM on the CPU: operands become fp32 matrices (FP8 codes decoded exactly, block-scaled
+// operands dequantized per block), OpenBLAS sgemm accumulates in fp32, and the epilogue runs
+// in float before the single rounding into D's dtype.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "backends/cpu/cpu_activation_math.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_convert.h"
+
+namespace te {
+
+namespace {
+
+// One GEMM operand as a row-major fp32 matrix in its stored layout. F32 operands are used in
+// place; everything else is converted into a scratch buffer from the backend's cache.
+struct FloatOperand {
+  Buffer storage;
+  const float *data = nullptr;
+};
+
+}  // namespace
+
+namespace {
+
+FloatOperand to_float_operand(CpuBackend *be, const TensorView &t, float *alpha) {
+  FloatOperand op;
+  if (t.dtype == DType::F32) {
+    op.data = static_cast<const float *>(t.data);
+    return op;
+  }
+  const int64_t n = t.numel();
+  op.storage = Buffer(be, static_cast<size_t>(n) * sizeof(float));
+  op.data = op.storage.floats();
+  if (is_fp8(t.dtype) && t.scaling != ScalingMode::PerTensor) {
+    // Block scales differ along K, so they cannot factor out of the sum: dequantize first.
+    be->dequantize(t, make_view(op.storage.get(), DType::F32, t.device, t.rows(), t.cols()));
+    return op;
+  }
+  // Raw codes decode exactly; a per-tensor scale_inv factors out of the sum into alpha.
+  cpu::load_floats(t.data, t.dtype, 0, n, op.storage.floats());
+  if (is_fp8(t.dtype)) *alpha *= t.scale_inv[0];
+  return op;
+}
+
+bool has_bias(const GemmArgs &g) { return g.epilogue == Epilogue::Bias || g.epilogue == Epilogue::BiasGelu; }
+// The product lands in D itself when D is F32 and nothing older must be read back from it.
+bool product_in_d(const GemmArgs &g) { return g.d.dtype == DType::F32 && !g.accumulate; }
+
+}  // namespace
+
+// Exactly the blocks gemm() takes, in the order it takes them.
+void CpuBackend::plan_gemm(const GemmArgs &g, ScratchPlan *plan) const {
+  const int64_t m = g.d.rows(), n = g.d.cols();
+  if (m == 0 || n == 0) return;
+  for (const TensorView *t : {&g.a, &g.b}) {
+    if (t->dtype == DType::F32) continue;
+    plan->add(static_cast<size_t>(t->numel()) * sizeof(float));
+    if (is_fp8(t->dtype) && t->scaling != ScalingMode::PerTensor) plan_dequantize(*t, plan);
+  }
+  if (!product_in_d(g)) plan->add(static_cast<size_t>(m * n) * sizeof(float));
+  if (has_bias(g)) plan->add(static_cast<size_t>(n) * sizeof(float));
+  if (g.accumulate) plan->add(static_cast<size_t>(n) * sizeof(float));
+}
+
+void CpuBackend::gemm(const GemmArgs &g) {
+  const int64_t m = g.d.rows(), n = g.d.cols();
+  const int64_t k = g.transa ? g.a.rows() : g.a.cols();
+  if (m == 0 || n == 0) return;
+
+  float alpha = 1.0f;
+  const FloatOperand a = to_float_operand(this, g.a, &alpha);
+  const FloatOperand b = to_float_operand(this, g.b, &alpha);
+
+  const bool in_d = product_in_d(g);
+  Buffer product_storage;
+  if (!in_d) product_storage = Buffer(this, static_cast<size_t>(m * n) * sizeof(float));
+  float *c = in_d ? static_cast<float *>(g.d.data) : product_storage.floats();
+  // Every block before D is first written: a failed allocation leaves D as it was.
+  const bool bias_epilogue = has_bias(g);
+  Buffer bias_storage, old_d_storage;
+  if (bias_epilogue) bias_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+  if (g.accumulate) old_d_storage = Buffer(this, static_cast<size_t>(n) * sizeof(float));
+
+  if (k == 0) {
+    std::fill(c, c + m * n, 0.0f);
+  } else {
+    cblas_sgemm(CblasRowMajor, g.transa ? CblasTrans : CblasNoTrans,
+                g.transb ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a.data, static_cast<int>(g.a.cols()), b.data,
+                static_cast<int>(g.b.cols()), 0.0f, c, static_cast<int>(n));
+  }
+
+  const bool has_gelu = g.epilogue == Epilogue::Gelu || g.epilogue == Epilogue::BiasGelu;
+  const bool store_gelu_input = has_gelu && g.gelu_input.data != nullptr;
+  if (!bias_epilogue && !has_gelu && !g.accumulate && in_d) return;
+
+  if (bias_epilogue) cpu::load_floats(g.bias.data, g.bias.dtype, 0, n, bias_storage.floats());
+  const float *bias = bias_storage.floats();
+  float *old_d = old_d_storage.floats();
+
+  // cuBLASLt's order, so both backends agree: D = gelu(alpha*AB [+ D_old] [+ bias]).
+  for (int64_t i = 0; i < m; ++i) {
+    float *row = c + i * n;
+    if (g.accumulate) {
+      cpu::load_floats(g.d.data, g.d.dtype, i * n, n, old_d);
+      for (int64_t j = 0; j < n; ++j) row[j] += old_d[j];
+    }
+    if (bias_epilogue) {
+      for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+    }
+    if (store_gelu_input) cpu::store_floats(row, n, g.gelu_input.data, g.gelu_input.dtype, i * n);
+    if (has_gelu) {
+      for (int64_t j = 0; j < n; ++j) row[j] = cpu::gelu(row[j]);
+    }
+    if (!in_d) cpu::store_floats(row, n, g.d.data, g.d.dtype, i * n);
+  }
+}
+
+}  // namespace te

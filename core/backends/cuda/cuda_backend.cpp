@@ -1,0 +1,193 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cstdint>
+#include <cstdio>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/lt_gemm.h"
+#include "base/check.h"
+
+namespace te {
+namespace cuda {
+
+void fail_cuda(const char *call, cudaError_t err) {
+  Status status = err == cudaErrorMemoryAllocation ? Status::OutOfMemory : Status::Cuda;
+  fail(status, "%s failed: %s (%s)", call, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+namespace {
+
+// Makes `device` current for the scope of one backend call, restoring the caller's device:
+// a program may drive several GPUs from one thread through several contexts.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) TE_CUDA_CHECK(cudaSetDevice(device));
+    device_ = device;
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0, device_ = 0;
+};
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    fail(Status::Unsupported, "argument 'device': no usable CUDA device (driver missing or no GPU)");
+  if (device < 0 || device >= count)
+    fail(Status::InvalidArgument, "argument 'device': CUDA device %d requested, %d present", device, count);
+  DeviceGuard guard(device_);
+  cudaDeviceProp prop;
+  TE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  if (prop.major * 10 + prop.minor < 89)
+    fail(Status::Unsupported, "argument 'device': FP8 needs compute capability 8.9 or newer, %s is %d.%d", prop.name,
+         prop.major, prop.minor);
+  // Keep freed blocks in the pool instead of returning them to the driver at each sync.
+  cudaMemPool_t pool;
+  TE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+  uint64_t threshold = UINT64_MAX;
+  TE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  TE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+  try {
+    gemm_ = std::make_unique<LtGemm>(device_);
+  } catch (...) {
+    cudaFree(workspace_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  cudaFree(workspace_);
+}
+
+void CudaBackend::synchronize() {
+  DeviceGuard g(device_);
+  TE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void *CudaBackend::alloc(size_t bytes) {
+  DeviceGuard g(device_);
+  void *p = nullptr;
+  TE_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, stream_));
+  return p;
+}
+
+void CudaBackend::free(void *ptr, size_t) {
+  if (!ptr) return;
+  DeviceGuard g(device_);
+  // Stream-ordered: the block is reused only by work enqueued after this point.
+  cudaFreeAsync(ptr, stream_);
+}
+
+void CudaBackend::copy(void *dst, const void *src, size_t bytes) {
+  DeviceGuard g(device_);
+  TE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::copy_to_host(void *dst, const void *src, size_t bytes) {
+  DeviceGuard g(device_);
+  TE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  TE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_from_host(void *dst, const void *src, size_t bytes) {
+  DeviceGuard g(device_);
+  TE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  // The host buffer may be gone when the call returns: wait (used off the hot path only).
+  TE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::fill_floats(float *dst, float value, size_t count) {
+  DeviceGuard g(device_);
+  cuda::fill_floats(dst, value, count, stream_);
+}
+
+void CudaBackend::amax(const TensorView &x, float *out, bool accumulate) {
+  DeviceGuard g(device_);
+  cuda::amax(*this, x, out, accumulate, stream_);
+}
+
+void CudaBackend::scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max,
+                                  bool power_of_2, float epsilon) {
+  DeviceGuard g(device_);
+  cuda::scale_from_amax(amax, scale, scale_inv, fp8_max, power_of_2, epsilon, stream_);
+}
+
+void CudaBackend::cast_transpose(const TensorView &x, const float *scale, float *amax_accum, TensorView *out,
+                                 TensorView *out_t) {
+  DeviceGuard g(device_);
+  cuda::cast_transpose(*this, x, scale, amax_accum, out, out_t, stream_);
+}
+
+void CudaBackend::block_quantize(const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon,
+                                 TensorView *out, TensorView *out_t) {
+  DeviceGuard g(device_);
+  cuda::block_quantize(*this, x, mode, power_of_2, epsilon, out, out_t, stream_);
+}
+
+void CudaBackend::dequantize(const TensorView &x, const TensorView &out) {
+  DeviceGuard g(device_);
+  cuda::dequantize(x, out, stream_);
+}
+
+void CudaBackend::gemm(const GemmArgs &args) {
+  DeviceGuard g(device_);
+  gemm_->run(*this, args, workspace_, workspace_bytes_, stream_);
+}
+
+void CudaBackend::activation_forward(Activation act, const TensorView &x, const TensorView &y) {
+  DeviceGuard g(device_);
+  cuda::activation_forward(act, x, y, stream_);
+}
+
+void CudaBackend::activation_backward(Activation act, const TensorView &x, const TensorView &dy,
+                                      const TensorView &dx) {
+  DeviceGuard g(device_);
+  cuda::activation_backward(act, x, dy, dx, stream_);
+}
+
+void CudaBackend::bias_grad(const TensorView &dy, const TensorView &db) {
+  DeviceGuard g(device_);
+  cuda::bias_grad(*this, dy, db, stream_);
+}
+
+void CudaBackend::gather_amax(const ScaleUpdateItem *items, int n, float *packed) {
+  DeviceGuard g(device_);
+  cuda::gather_amax(items, n, packed, stream_);
+}
+
+void CudaBackend::scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) {
+  DeviceGuard g(device_);
+  cuda::scale_update(items, n, reduced_amax, stream_);
+}
+
+}  // namespace cuda
+
+bool cuda_backend_available() {
+  // Without a driver (CPU machines, CI) this fails quietly: the CPU is then the default.
+  int count = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess)
+    return false;
+  return major * 10 + minor >= 89;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<cuda::CudaBackend>(device_index);
+}
+
+}  // namespace te

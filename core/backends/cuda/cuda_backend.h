@@ -1,0 +1,59 @@
+// The CUDA backend: te::Backend on one GPU. Work is enqueued on the context's stream and never
+// synchronised (except copy_to_host, which callers use only off the hot path); memory comes from
+// the device's stream-ordered pool (cudaMallocAsync with a release threshold that keeps it
+// cached), so the hot path makes no cudaMalloc and a training step can be captured in a graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backends/backend.h"
+
+namespace te::cuda {
+
+class LtGemm;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device{DeviceType::CUDA, device_}; }
+  void set_stream(void *stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void *stream() const override { return stream_; }
+  void synchronize() override;
+  void *alloc(size_t bytes) override;
+  void free(void *ptr, size_t bytes) override;
+  void copy(void *dst, const void *src, size_t bytes) override;
+  void copy_to_host(void *dst, const void *src, size_t bytes) override;
+  void copy_from_host(void *dst, const void *src, size_t bytes) override;
+  void fill_floats(float *dst, float value, size_t count) override;
+
+  void amax(const TensorView &x, float *amax, bool accumulate) override;
+  void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max, bool power_of_2,
+                       float epsilon) override;
+  void cast_transpose(const TensorView &x, const float *scale, float *amax_accum, TensorView *out,
+                      TensorView *out_t) override;
+  void block_quantize(const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon, TensorView *out,
+                      TensorView *out_t) override;
+  void dequantize(const TensorView &x, const TensorView &out) override;
+
+  void gemm(const GemmArgs &args) override;
+  void activation_forward(Activation act, const TensorView &x, const TensorView &y) override;
+  void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
+                           const TensorView &dx) override;
+  void bias_grad(const TensorView &dy, const TensorView &db) override;
+
+  void gather_amax(const ScaleUpdateItem *items, int n, float *packed) override;
+  void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) override;
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;  // the legacy default stream until set_stream
+  void *workspace_ = nullptr;      // cuBLASLt workspace, allocated once
+  size_t workspace_bytes_ = 0;
+  std::unique_ptr<LtGemm> gemm_;
+};
+
+}  // namespace te::cuda

@@ -1,0 +1,70 @@
+// bias_grad: db[n] = sum over rows of dy[rows, n] in fp32, deterministic (no atomics): the rows
+// are split into `splits` bands, each band's column sums go to scratch, and a second kernel adds
+// the bands in order and stores db in its dtype. One band: the first kernel stores db itself.
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace te::cuda {
+
+namespace {
+
+constexpr int kCols = 64;    // columns per block (one per thread in x)
+constexpr int kRowLanes = 4;  // threads per column (y), each summing every 4th row of the band
+constexpr int kMaxSplits = 256;
+
+__global__ void __launch_bounds__(kCols * kRowLanes)
+    column_sum_kernel(const void *dy, DType t, int64_t rows, int64_t cols, int64_t rows_per_split, float *partial,
+                      void *db, DType db_t) {
+  __shared__ float sums[kRowLanes][kCols];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
+  const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_split;
+  const int64_t r_end = min(rows, r_begin + rows_per_split);
+  float s = 0.0f;
+  if (c < cols)
+    for (int64_t r = r_begin + threadIdx.y; r < r_end; r += kRowLanes) s = __fadd_rn(s, dev_load_as_float(dy, t, r * cols + c));
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = sums[0][threadIdx.x];
+    for (int k = 1; k < kRowLanes; ++k) total = __fadd_rn(total, sums[k][threadIdx.x]);
+    if (partial != nullptr) partial[blockIdx.y * cols + c] = total;
+    else dev_store_from_float(db, db_t, c, total);
+  }
+}
+
+__global__ void sum_splits_kernel(const float *partial, int splits, int64_t cols, void *db, DType db_t) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int k = 0; k < splits; ++k) s = __fadd_rn(s, partial[k * cols + c]);
+  dev_store_from_float(db, db_t, c, s);
+}
+
+}  // namespace
+
+void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStream_t stream) {
+  const int64_t cols = dy.cols(), rows = dy.numel() == 0 ? 0 : dy.rows();
+  if (cols == 0) return;
+  const int64_t col_blocks = (cols + kCols - 1) / kCols;
+  // Enough bands to give the GPU ~1024 blocks, each of at least 64 rows.
+  int64_t splits = 1024 / col_blocks;
+  splits = splits < 1 ? 1 : splits;
+  splits = splits > kMaxSplits ? kMaxSplits : splits;
+  const int64_t max_by_rows = (rows + 63) / 64;
+  splits = splits > max_by_rows ? max_by_rows : splits;
+  splits = splits < 1 ? 1 : splits;
+  const int64_t rows_per_split = (rows + splits - 1) / splits;
+  Buffer partial;
+  if (splits > 1) partial = Buffer(&be, static_cast<size_t>(splits * cols) * sizeof(float));
+  column_sum_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits)), dim3(kCols, kRowLanes), 0,
+                      stream>>>(dy.data, dy.dtype, rows, cols, rows_per_split, partial.floats(), db.data, db.dtype);
+  TE_CUDA_CHECK_LAUNCH();
+  if (splits > 1) {
+    sum_splits_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(partial.floats(), static_cast<int>(splits),
+                                                                                     cols, db.data, db.dtype);
+    TE_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace te::cuda

@@ -1,0 +1,134 @@
+// The FP8 linear layer: y = x W^T + b with the forward split into a pure compute step and a
+// context-saving step (as TE's PRs 2811/2967 split _Linear), and a backward that can run again
+// until its context is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "context/context.h"
+#include "base/handle.h"
+#include "scaling/quantize.h"
+
+namespace te {
+
+struct LinearOptions {
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool bias = true;
+  DType activation_dtype = DType::BF16;
+  bool fuse_wgrad_accumulation = false;
+};
+
+enum class TensorRole : int { Input = 0, Weight = 1, GradOutput = 2 };
+
+// The FP8 weight and its transpose as one forward quantized them. Shared with the residuals of
+// every forward that used it; a refresh while it is shared makes a new one (copy on write).
+struct WeightCache {
+  QuantizedMatrix q;
+  uint64_t recipe_key = 0;
+};
+
+// Everything of a layer that outlives one call. Backward contexts share it, so destroying the
+// layer's handle while a backward is pending is safe.
+struct LinearCore {
+  LinearCore(Context &ctx, const LinearOptions &o) : ctx_ref(&ctx), ctx(ctx), opts(o) {}
+  ~LinearCore();
+  ContextRef ctx_ref;  // first member, so released last: the states below free into ctx
+  Context &ctx;
+  LinearOptions opts;
+  ScalingState input, weight, grad_output;
+  std::shared_ptr<WeightCache> weight_cache;
+  ScalingState &state(TensorRole r) { return r == TensorRole::Input ? input : r == TensorRole::Weight ? weight : grad_output; }
+};
+
+class Linear : public Handle {
+ public:
+  Linear(Context &ctx, const LinearOptions &o);
+  const std::shared_ptr<LinearCore> &core() const { return core_; }
+  const LinearOptions &options() const { return core_->opts; }
+
+ private:
+  std::shared_ptr<LinearCore> core_;
+};
+
+struct LinearForwardArgs {
+  TensorView input, weight, bias;  // bias.data == nullptr: none
+  bool weight_unchanged = false;
+};
+
+class LinearObjectPool;
+
+// What forward_compute leaves for backward. Owned by the caller's residuals struct until saved;
+// the struct's `internal` is this object's handle (kind Residuals), retired when the residuals
+// are saved or released, so a copy of the struct cannot save or free them a second time.
+// Objects come from the context's LinearObjectPool and go back to it, so a training step makes
+// no heap allocation.
+struct LinearSaved : Handle {
+  LinearSaved() : Handle(HandleKind::Residuals) {}
+  LinearObjectPool *pool = nullptr;
+  ContextRef ctx;  // while handed out: the pool lives in the context
+  std::shared_ptr<LinearCore> layer;
+  bool fp8 = false;
+  RecipeRef recipe;
+  GroupRef group;
+  PassTicket ticket;
+  QuantizedMatrix x;                    // FP8: x^T in x.col
+  std::shared_ptr<WeightCache> w;       // FP8: W^T in w->q.col
+  TensorView x_hp, w_hp;                // high precision: the caller's x and W, referenced
+  int64_t tokens = 0;
+};
+
+// Returns a LinearSaved to its pool.
+struct SavedRecycler {
+  void operator()(LinearSaved *s) const;
+};
+using SavedPtr = std::unique_ptr<LinearSaved, SavedRecycler>;
+
+// Fills y and *saved (a LinearSaved the caller owns); on failure nothing changed.
+void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
+                            SavedPtr &saved, TensorView *input_t, TensorView *weight_t);
+
+class LinearBackwardCtx : public Handle {
+ public:
+  LinearBackwardCtx() : Handle(HandleKind::BackwardCtx) {}
+  ContextRef ctx;         // while handed out: the pool lives in the context
+  SavedPtr saved;         // null once released (TE_BACKWARD_ONCE)
+  Buffer grad_scale;      // delayed scaling: the dy scale of the first backward
+  bool grad_scale_taken = false;
+};
+
+// Per-context free lists of residual and backward-context objects. The lists grow only when
+// more objects are alive at once than ever before.
+class LinearObjectPool {
+ public:
+  ~LinearObjectPool();
+  SavedPtr acquire_saved(Context &ctx);
+  // Objects handed out hold a reference to `ctx` and carry a fresh handle; released ones are
+  // retired (every earlier handle to them is dead) and kept for reuse.
+  LinearBackwardCtx *acquire_backward_ctx(Context &ctx);  // with no residuals yet
+  void release(LinearSaved *s);
+  void release(LinearBackwardCtx *b);
+
+ private:
+  std::vector<LinearSaved *> saved_;
+  std::vector<LinearBackwardCtx *> backward_;
+};
+
+LinearObjectPool &linear_pool(Context &ctx);
+
+
+struct LinearBackwardArgs {
+  TensorView dy, dx, dw, db;  // data == nullptr: not requested
+  bool once = false;
+};
+
+void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardArgs &args);
+
+// Versioned, bit-exact serialisation of the layer's scaling states.
+size_t linear_state_size(Context &ctx, const Linear &lin);
+void linear_state_save(Context &ctx, const Linear &lin, void *buf, size_t capacity);
+void linear_state_load(Context &ctx, Linear &lin, const void *buf, size_t size);
+
+}  // namespace te

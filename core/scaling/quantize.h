@@ -1,0 +1,41 @@
+// Quantizing a high-precision matrix the way a recipe says, into the row-wise copy and/or the
+// column-wise (transposed) copy that FP8 GEMMs consume. Storage is allocated first
+// (QuantizedMatrix::allocate) and filled second (quantize), so a failed allocation changes nothing.
+#pragma once
+
+#include "backends/backend.h"
+#include "dist/group.h"
+#include "scaling/recipe.h"
+#include "scaling/scaling_state.h"
+
+namespace te {
+
+// What a tensor is to a GEMM decides its block shape: weights use 128x128 tiles, activations
+// and gradients 1x128 rows.
+enum class TensorKind : int { Activation = 0, Weight = 1, Gradient = 2 };
+
+ScalingMode scaling_mode_for(const Recipe &recipe, TensorKind kind);
+
+struct QuantizedMatrix {
+  Buffer data, data_t, scale_inv, scale_inv_t;
+  TensorView row;  // [rows, cols]; data == nullptr when not requested
+  TensorView col;  // [cols, rows]; data == nullptr when not requested
+
+  void allocate(Backend &be, ScalingMode mode, DType dtype, int64_t rows, int64_t cols, bool want_row, bool want_col);
+};
+
+struct QuantizeRequest {
+  const Recipe *recipe = nullptr;
+  const Group *group = nullptr;       // current scaling reduces the amax over it
+  ScalingState *state = nullptr;      // prepared for recipe and dtype
+  const float *scale = nullptr;       // delayed: overrides state->scale() (backward snapshots)
+  bool record_amax = true;            // delayed: max-accumulate amax into state->amax()
+};
+
+// x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.
+void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out);
+// Adds the scratch that quantize(be, req, x, out) takes to *plan.
+void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
+                   ScratchPlan *plan);
+
+}  // namespace te
