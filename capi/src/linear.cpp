@@ -149,7 +149,7 @@ TE_API te_status te_linear_forward_save(te_context *ctx, te_linear *lin, te_line
     check_not_null(out, "out");
     LinearSaved *s = saved_of(residuals, "residuals");
     if (s->layer != l->core()) fail(Status::InvalidArgument, "argument 'residuals': made by another te_linear than 'lin'");
-    LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);  // may throw: nothing moved yet
+    LinearBackwardCtx *b = linear_pool(*c).acquire_backward_ctx(*c);  // may throw: nothing moved yet
     s->retire();  // the struct (and every copy of it) no longer names the residuals
     b->saved = SavedPtr(s);
     residuals->internal = nullptr;
@@ -163,12 +163,12 @@ TE_API te_status te_linear_forward(te_context *ctx, te_linear *lin, const te_lin
     check_not_null(out, "out");
     Context *c = to_context(ctx);
     // The backward context first: once the forward ran, nothing may fail.
-    LinearBackwardCtx *b = c->linear_pool().acquire_backward_ctx(*c);
+    LinearBackwardCtx *b = linear_pool(*c).acquire_backward_ctx(*c);
     try {
       forward_compute(ctx, lin, args, y, b->saved, nullptr, nullptr);
       b->saved->retire();  // owned by the backward context: no residuals handle names it
     } catch (...) {
-      c->linear_pool().release(b);
+      linear_pool(*c).release(b);
       throw;
     }
     *out = b->as_public<te_linear_backward_ctx>();
@@ -206,7 +206,7 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
 }
 
 TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd) {
-  if (auto *b = live_or_null<LinearBackwardCtx>(bwd, HandleKind::BackwardCtx)) b->ctx->linear_pool().release(b);
+  if (auto *b = live_or_null<LinearBackwardCtx>(bwd, HandleKind::BackwardCtx)) linear_pool(*b->ctx).release(b);
 }
 
 TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,

@@ -1,7 +1,6 @@
 #include "context/context.h"
 
 #include "base/check.h"
-#include "modules/linear/linear.h"
 
 namespace te {
 
@@ -21,8 +20,7 @@ Context::Context(const Device &device)
       backend_(make_backend(device)),
       default_recipe_(RecipeRef::adopt(Recipe::create(RecipeOptions::defaults(RecipeKind::Delayed)))),
       amax_slots_(*backend_),
-      autocast_(*backend_, stats_, amax_slots_),
-      linear_pool_(std::make_unique<LinearObjectPool>()) {}
+      autocast_(*backend_, stats_, amax_slots_) {}
 
 Context::~Context() {
   // Blocks the caller forgot to free go back with the context rather than leak.

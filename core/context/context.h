@@ -14,7 +14,13 @@
 
 namespace te {
 
-class LinearObjectPool;
+// What a module keeps per context (its pools of residuals and backward contexts): made by the
+// module on first use, destroyed with the context, which knows it only by its slot. So the
+// context depends on no module.
+struct ModuleState {
+  virtual ~ModuleState() = default;
+};
+enum class ModuleSlot : int { Linear = 0, Count };
 
 // Reference counted: te_context_destroy kills the handle and drops the caller's reference; each
 // layer, residuals block and backward context made with the context holds one, so the context
@@ -40,8 +46,10 @@ class Context : public Handle, public RefCounted<Context> {
   void *user_alloc(size_t bytes);
   void user_free(void *ptr);
 
-  // Pooled linear residuals and backward contexts (te/core/linear.h).
-  LinearObjectPool &linear_pool() { return *linear_pool_; }
+  ModuleState *module_state(ModuleSlot s) const { return module_states_[static_cast<int>(s)].get(); }
+  void set_module_state(ModuleSlot s, std::unique_ptr<ModuleState> state) {
+    module_states_[static_cast<int>(s)] = std::move(state);
+  }
 
  private:
   Device device_;
@@ -50,7 +58,7 @@ class Context : public Handle, public RefCounted<Context> {
   AutocastStats stats_;
   AmaxSlots amax_slots_;  // before autocast_ and every scaling state, after backend_
   Autocast autocast_;
-  std::unique_ptr<LinearObjectPool> linear_pool_;
+  std::unique_ptr<ModuleState> module_states_[static_cast<int>(ModuleSlot::Count)];  // last: first to go
   std::unordered_map<void *, size_t> user_blocks_;
 };
 

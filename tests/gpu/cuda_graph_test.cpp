@@ -66,7 +66,7 @@ struct Trainer {
   void step() {
     Autocast &ac = ctx.autocast();
     uint64_t token = ac.begin(true, false, recipe.get(), nullptr);
-    LinearBackwardCtx *bwd = ctx.linear_pool().acquire_backward_ctx(ctx);
+    LinearBackwardCtx *bwd = linear_pool(ctx).acquire_backward_ctx(ctx);
     LinearForwardArgs fa;
     fa.input = view(x, kTokens, kIn);
     fa.weight = view(w, kOut, kIn);
@@ -77,7 +77,7 @@ struct Trainer {
     ba.dw = view(dw, kOut, kIn);
     ba.once = true;
     linear_backward(ctx, *bwd, ba);
-    ctx.linear_pool().release(bwd);
+    linear_pool(ctx).release(bwd);
     GemmArgs g;
     g.a = view(dw, kOut, kIn);
     g.b = view(sgd, kIn, kIn);

@@ -42,7 +42,7 @@ Result run(Device device, RecipeKind kind, const std::vector<float> &x, const st
   bias.shape[0] = dbias.shape[0] = kOut;
   for (int step = 0; step < 2; ++step) {
     uint64_t t = ctx.autocast().begin(true, false, recipe.get(), nullptr);
-    LinearBackwardCtx *bwd = ctx.linear_pool().acquire_backward_ctx(ctx);
+    LinearBackwardCtx *bwd = linear_pool(ctx).acquire_backward_ctx(ctx);
     LinearForwardArgs fa;
     fa.input = view(dx_, kTokens, kIn);
     fa.weight = view(dw_, kOut, kIn);
@@ -55,7 +55,7 @@ Result run(Device device, RecipeKind kind, const std::vector<float> &x, const st
     ba.dw = view(ddw, kOut, kIn);
     ba.db = dbias;
     linear_backward(ctx, *bwd, ba);
-    ctx.linear_pool().release(bwd);
+    linear_pool(ctx).release(bwd);
   }
   Result r{dy_out.read<float>(), ddx.read<float>(), ddw.read<float>(), ddb.read<float>(), {}};
   for (TensorRole role : {TensorRole::Input, TensorRole::Weight, TensorRole::GradOutput}) {

@@ -112,11 +112,11 @@ TEST(LinearAllocation, TrainingStepDoesNotAllocateAfterWarmUp) {
   auto step = [&] {
     Autocast &ac = ctx.autocast();
     uint64_t t = ac.begin(true, false, recipe, nullptr);
-    LinearBackwardCtx *bwd = ctx.linear_pool().acquire_backward_ctx(ctx);
+    LinearBackwardCtx *bwd = linear_pool(ctx).acquire_backward_ctx(ctx);
     linear_forward_compute(ctx, lin, args, make_view(y.data(), DType::F32, cpu, 32, 16), bwd->saved, nullptr, nullptr);
     ac.end(t);
     linear_backward(ctx, *bwd, bargs);
-    ctx.linear_pool().release(bwd);
+    linear_pool(ctx).release(bwd);
   };
   step();
   step();

@@ -88,7 +88,7 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   // Everything that can fail for lack of memory happens before any state changes: objects and
   // buffers are allocated, scaling states staged, the kernels' scratch and the autocast buckets'
   // room reserved; only then are states committed and the kernels run.
-  SavedPtr saved = ctx.linear_pool().acquire_saved(ctx);
+  SavedPtr saved = linear_pool(ctx).acquire_saved(ctx);
   saved->layer = lin.core();
   saved->tokens = tokens;
   saved->fp8 = fp8;

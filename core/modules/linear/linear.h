@@ -101,7 +101,7 @@ class LinearBackwardCtx : public Handle {
 
 // Per-context free lists of residual and backward-context objects. The lists grow only when
 // more objects are alive at once than ever before.
-class LinearObjectPool {
+class LinearObjectPool : public ModuleState {
  public:
   ~LinearObjectPool();
   SavedPtr acquire_saved(Context &ctx);
@@ -116,6 +116,7 @@ class LinearObjectPool {
   std::vector<LinearBackwardCtx *> backward_;
 };
 
+// The context's pool, made on first use (which may throw OutOfMemory, before anything changed).
 LinearObjectPool &linear_pool(Context &ctx);
 
 

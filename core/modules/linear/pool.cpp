@@ -4,6 +4,14 @@
 
 namespace te {
 
+LinearObjectPool &linear_pool(Context &ctx) {
+  if (auto *pool = static_cast<LinearObjectPool *>(ctx.module_state(ModuleSlot::Linear))) return *pool;
+  auto made = std::make_unique<LinearObjectPool>();
+  LinearObjectPool &pool = *made;
+  ctx.set_module_state(ModuleSlot::Linear, std::move(made));
+  return pool;
+}
+
 void SavedRecycler::operator()(LinearSaved *s) const { s->pool->release(s); }
 
 LinearObjectPool::~LinearObjectPool() {
