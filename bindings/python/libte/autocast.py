@@ -2,25 +2,11 @@
 
 from ._lowlevel import ll
 from .errors import InvalidArgument, InvalidState
-from .context import Context
+from .context import AutocastState, Context  # AutocastState: re-exported here too
 from .group import Group
 from .recipe import Recipe
 
 __all__ = ["autocast", "AutocastState"]
-
-
-class AutocastState(tuple):
-    """te_autocast_state of a context's innermost scope."""
-    __slots__ = ()
-    enabled = property(lambda s: bool(s[0]))
-    calibrating = property(lambda s: bool(s[1]))
-    depth = property(lambda s: s[2])
-    recipe_key = property(lambda s: s[3])
-    recipe_describe = property(lambda s: s[4])
-
-    def __repr__(self):
-        return ("AutocastState(enabled=%s, calibrating=%s, depth=%d, recipe=%r)"
-                % (self.enabled, self.calibrating, self.depth, self.recipe_describe))
 
 
 class autocast:

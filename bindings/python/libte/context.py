@@ -29,6 +29,22 @@ def _parse_device(device):
                           % (device,))
 
 
+class AutocastState(tuple):
+    """te_autocast_state of a context's innermost scope (Context.autocast_state()).
+
+    It lives here, not in autocast.py, so that autocast.py depends on context.py and not back."""
+    __slots__ = ()
+    enabled = property(lambda s: bool(s[0]))
+    calibrating = property(lambda s: bool(s[1]))
+    depth = property(lambda s: s[2])
+    recipe_key = property(lambda s: s[3])
+    recipe_describe = property(lambda s: s[4])
+
+    def __repr__(self):
+        return ("AutocastState(enabled=%s, calibrating=%s, depth=%d, recipe=%r)"
+                % (self.enabled, self.calibrating, self.depth, self.recipe_describe))
+
+
 class ContextStats(tuple):
     """te_context_stats: what autocast did on this context since its creation."""
     __slots__ = ()
@@ -107,7 +123,6 @@ class Context:
     def autocast_state(self):
         """The innermost scope: an AutocastState (enabled, calibrating, depth, recipe key and
         description; 0 and '' outside any scope)."""
-        from .autocast import AutocastState
         return AutocastState(ll.autocast_get_state(self._handle()))
 
     def flush_backward(self):

@@ -219,3 +219,17 @@ impl fmt::Debug for Autocast<'_> {
             .finish()
     }
 }
+
+// Context's autocast methods live here, with the scope they open, so that this module depends on
+// context.rs and not the other way round.
+impl Context {
+    /// Opens an autocast scope; same as [`Autocast::new`].
+    pub fn autocast<'c>(&'c mut self, opts: &AutocastOptions<'_, 'c>) -> Result<Autocast<'c>> {
+        Autocast::new(self, opts)
+    }
+
+    /// The innermost open scope (or "none": depth 0).
+    pub fn autocast_state(&self) -> Result<AutocastState> {
+        AutocastState::query(self)
+    }
+}

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libte_sys as sys;
 
-use crate::autocast::{Autocast, AutocastOptions, AutocastState};
 use crate::error::{check, Error, Result, Status};
 use crate::group::GroupHandle;
 use crate::tensor::{TensorView, TensorViewMut};
@@ -237,7 +236,8 @@ impl Default for QuantizeScale {
 /// An execution context (`te_context`): one device, one stream, one autocast stack.
 ///
 /// `Send` but not `Sync`: one thread at a time, as libte requires. Every call that needs a
-/// context takes `&Context`; opening an autocast scope takes `&mut Context` (see [`Autocast`]).
+/// context takes `&Context`; opening an autocast scope takes `&mut Context`
+/// (see [`crate::Autocast`]).
 /// Layers and backward contexts made with it keep the `te_context` alive, so dropping them in
 /// any order is safe.
 pub struct Context {
@@ -352,16 +352,6 @@ impl Context {
             amax_reductions: raw.amax_reductions,
             states_updated: raw.states_updated,
         })
-    }
-
-    /// Opens an autocast scope; same as [`Autocast::new`].
-    pub fn autocast<'c>(&'c mut self, opts: &AutocastOptions<'_, 'c>) -> Result<Autocast<'c>> {
-        Autocast::new(self, opts)
-    }
-
-    /// The innermost open scope (or "none": depth 0).
-    pub fn autocast_state(&self) -> Result<AutocastState> {
-        AutocastState::query(self)
     }
 
     /// Reduces and updates every pending backward bucket now, oldest pass first.
