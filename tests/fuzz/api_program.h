@@ -197,11 +197,13 @@ class Program {
   struct Scope {
     te_autocast_token token;
     int enabled, calibrating;
+    const te_recipe *recipe;  // as given (NULL: the context's default)
   };
   struct CtxSlot {
     te_context *h = nullptr;
     bool live = false;
     std::vector<Scope> scopes;
+    uint64_t closed = 0;  // successful te_autocast_end calls
   };
   struct RecipeSlot {
     te_recipe *h = nullptr;
@@ -503,6 +505,7 @@ class Program {
     c.h = h;
     c.live = true;
     c.scopes.clear();
+    c.closed = 0;
   }
 
   // Frees what the header says must go first: backward contexts, residuals, linears, blocks.
@@ -818,6 +821,8 @@ class Program {
                   "innermost scope: enabled %d calibrating %d, expected %d %d", st.enabled, st.calibrating,
                   sc.back().enabled, sc.back().calibrating);
       FUZZ_ASSERT(st.recipe != nullptr && te_recipe_key(st.recipe) != 0, "innermost scope reports no live recipe");
+      if (sc.back().recipe)
+        FUZZ_ASSERT(st.recipe == sc.back().recipe, "te_autocast_get_state: the innermost scope's recipe is not the one it was given");
     }
   }
 
@@ -855,7 +860,7 @@ class Program {
       return;
     }
     for (const Scope &sc : ctx_[slot].scopes) FUZZ_ASSERT(sc.token != token, "te_autocast_begin reissued an open token");
-    ctx_[slot].scopes.push_back(Scope{token, o.enabled, o.calibrating});
+    ctx_[slot].scopes.push_back(Scope{token, o.enabled, o.calibrating, o.recipe});
     check_autocast_state(slot);
   }
 
@@ -893,6 +898,7 @@ class Program {
       ended_tokens_.push_back(token);
       if (ended_tokens_.size() > 64) ended_tokens_.erase(ended_tokens_.begin());
       ctx_[slot].scopes.pop_back();
+      ++ctx_[slot].closed;
     }
     check_autocast_state(slot);
   }
@@ -921,6 +927,9 @@ class Program {
       te_status s = TE_CALL(te_context_get_stats, ctx, &st);
       if (mf || small) FUZZ_ASSERT(s != TE_SUCCESS, "te_context_get_stats accepted a bad ctx or struct_size");
       if (s != TE_SUCCESS) FUZZ_ASSERT(same_bytes(&st, before), "te_context_get_stats failed but wrote *out");
+      else
+        FUZZ_ASSERT(st.scopes_closed == ctx_[slot].closed, "te_context_get_stats: scopes_closed %llu, expected %llu",
+                    static_cast<unsigned long long>(st.scopes_closed), static_cast<unsigned long long>(ctx_[slot].closed));
     } else {
       te_status s = TE_CALL(te_autocast_flush_backward, ctx);
       if (mf) FUZZ_ASSERT(s != TE_SUCCESS, "te_autocast_flush_backward accepted a bad ctx");
@@ -1140,6 +1149,7 @@ class Program {
   }
 
   void forward_compute() {
+    const int rs = static_cast<int>(R.pick(kResSlots));  // first: seeds name it
     bool mf = false;
     int ls;
     te_linear *lh = lin_arg(mf, ls);
@@ -1175,7 +1185,6 @@ class Program {
     const uint8_t z = R.u8();
     if (z >= 252) { a.struct_size = sizeof a - 1; mf = true; }
     Tensor *py = maybe_null(y, mf);
-    const int rs = static_cast<int>(R.pick(kResSlots));
     clear_res_slot(rs);
     ResSlot &S = res_[rs];
     std::memset(&S.r, 0x99, sizeof S.r);
@@ -1273,6 +1282,8 @@ class Program {
   }
 
   void forward() {
+    int bs;
+    BwdSlot &B = fresh_bwd_slot(bs);  // first: seeds name it
     bool mf = false;
     int ls;
     te_linear *lh = lin_arg(mf, ls);
@@ -1298,8 +1309,6 @@ class Program {
     if (cfg.bias == 1 && b.malformed) mf = true;
     a.weight_unchanged = R.u8() >= 200 ? 1 : 0;
     Tensor *py = maybe_null(y, mf);
-    int bs;
-    BwdSlot &B = fresh_bwd_slot(bs);
     const bool null_out = R.u8() >= 250;
     mf |= null_out;
     y.snapshot();
@@ -1350,7 +1359,6 @@ class Program {
     bool odd = false;
     make(dy, dt, shape2(tokens, out));
     make(dx, pick_dtype(dt, odd), shape2(tokens, in));
-    if (get_enum(dx.t.dtype) != dt) mf = true;
     make(dw, cfg.fuse == 1 ? TE_DTYPE_F32 : dt, shape2(out, in));
     make(db, dt, shape1(out));
     maybe_malform(dy);
@@ -1365,6 +1373,7 @@ class Program {
     te_tensor *pdb = (cfg.bias == 1 && R.u8() < 220) ? &db.t : nullptr;
     if (cfg.bias != 1 && R.u8() >= 245) { pdb = &db.t; mf = true; }
     if ((pdx && dx.malformed) || (pdw && dw.malformed) || (pdb && db.malformed)) mf = true;
+    if (pdx && get_enum(dx.t.dtype) != dt) mf = true;  // dx in another dtype than the layer's
     te_linear_backward_args a;
     std::memset(&a, 0x55, sizeof a);
     FUZZ_ASSERT(TE_CALL(te_linear_backward_args_init, &a) == TE_SUCCESS && a.flags == 0, "te_linear_backward_args_init");
@@ -1389,8 +1398,14 @@ class Program {
     const std::vector<uint8_t> st_before = check_state ? layer_state(ctx_of(B.ctx), lin) : std::vector<uint8_t>();
     te_status s = TE_CALL(te_linear_backward, ctx, h, pdy, pdx, pdw, pdb, pa);
     if (mf)
-      FUZZ_ASSERT(s != TE_SUCCESS, "te_linear_backward accepted what it must reject (stale=%d once_done=%d)", !B.live,
-                  B.once_done);
+      FUZZ_ASSERT(s != TE_SUCCESS,
+                  "te_linear_backward accepted what it must reject: stale %d, once_done %d, handle %s, ctx slot %d "
+                  "(made on %d), dy [%lld, %lld] (forward had %lld tokens), dx dtype %d (layer %d), dy/dx/dw/db "
+                  "malformed %d%d%d%d given %d%d%d%d, layer bias %d, flags 0x%x, args %s",
+                  !B.live, B.once_done, h == B.h ? "the slot's" : "another", cs, B.ctx, (long long)dy.t.shape[0],
+                  (long long)dy.t.shape[1], (long long)B.tokens, get_enum(dx.t.dtype), dt, dy.malformed,
+                  dx.malformed, dw.malformed, db.malformed, pdy != nullptr, pdx != nullptr, pdw != nullptr,
+                  pdb != nullptr, cfg.bias, a.flags, pa ? (a.struct_size == sizeof a ? "given" : "small") : "NULL");
     if (s != TE_SUCCESS) {
       dx.check_untouched("te_linear_backward", "dx");
       dw.check_untouched("te_linear_backward", "dw");
@@ -1539,8 +1554,14 @@ class Program {
     std::memcpy(buf.data(), m.data(), m.size());
     te_status s = TE_CALL(te_linear_state_load, ctx, lh, buf.data(), buf.size());
     FUZZ_ASSERT(buf.equals(m), "te_linear_state_load wrote into its input");
-    if (s == TE_SUCCESS)
-      FUZZ_ASSERT(layer_state(ctx, lh) == m, "a state te_linear_state_load accepted does not save back bit for bit");
+    if (s == TE_SUCCESS) {
+      const std::vector<uint8_t> back = layer_state(ctx, lh);
+      size_t at = 0;
+      while (at < m.size() && at < back.size() && back[at] == m[at]) ++at;
+      FUZZ_ASSERT(back == m,
+                  "a state te_linear_state_load accepted does not save back bit for bit (%zu vs %zu bytes; first "
+                  "difference at byte %zu)", back.size(), m.size(), at);
+    }
     else
       FUZZ_ASSERT(layer_state(ctx, lh) == original, "a failed te_linear_state_load changed the layer's state");
   }
@@ -1802,14 +1823,21 @@ class Program {
     o.use_split_accumulator = R.u8() >= 128 ? 1 : 0;
     const uint8_t z = R.u8();
     if (z >= 252) { o.struct_size = 0; mf = true; }
-    const bool null_opts = z >= 240 && z < 252 && !has_bias && !o.bias && !o.gelu_input && o.accumulate == 0 && ta == 0 && tb == 0;
+    const bool null_opts = z >= 240 && z < 252 && (ep == 0 || ep == 4) && !o.bias && !o.gelu_input && o.accumulate == 0 &&
+                           ta == 0 && tb == 0;  // NULL options are these defaults
     const bool null_d = R.u8() >= 252;
     mf |= null_d;
     if (a.malformed || b.malformed || d.malformed) mf = true;
     d.snapshot();
     gelu.snapshot();
     te_status st = TE_CALL(te_gemm, ctx, &a.t, &b.t, null_d ? nullptr : &d.t, null_opts ? nullptr : &o);
-    if (mf) FUZZ_ASSERT(st != TE_SUCCESS, "te_gemm accepted what it must reject");
+    if (mf)
+      FUZZ_ASSERT(st != TE_SUCCESS,
+                  "te_gemm accepted what it must reject: m %lld n %lld k %lld, a %d b %d d %d, transa %d transb %d, "
+                  "epilogue %d, bias %s, gelu_input %s, accumulate %d, malformed a/b/d/bias %d%d%d%d, opts %s, d %s",
+                  (long long)m, (long long)n, (long long)k, ad, bd, dd, ta, tb, get_enum(o.epilogue),
+                  o.bias ? "given" : "NULL", o.gelu_input ? "given" : "NULL", o.accumulate, a.malformed, b.malformed,
+                  d.malformed, bias.malformed, null_opts ? "NULL" : "given", null_d ? "NULL" : "given");
     if (st != TE_SUCCESS) {
       d.check_untouched("te_gemm", "d");
       gelu.check_untouched("te_gemm", "opts->gelu_input");
@@ -2185,7 +2213,7 @@ class Program {
     if (mf) return;
     te_autocast_token tok;
     if (TE_CALL(te_autocast_begin, ctx, &o, &tok) != TE_SUCCESS) return;
-    ctx_[L.ctx].scopes.push_back(Scope{tok, 1, 0});
+    ctx_[L.ctx].scopes.push_back(Scope{tok, 1, 0, o.recipe});
     const int64_t tokens = R.u8() >= 128 ? 32 : 16;
     const int dt = L.cfg.dtype;
     Tensor x, w, b, y;
@@ -2218,6 +2246,7 @@ class Program {
     }
     if (TE_CALL(te_autocast_end, ctx, tok) == TE_SUCCESS) {
       ctx_[L.ctx].scopes.pop_back();
+      ++ctx_[L.ctx].closed;
       ended_tokens_.push_back(tok);
     }
     check_autocast_state(L.ctx);

@@ -49,11 +49,13 @@ namespace fuzz {
 class Reader {
  public:
   Reader(const uint8_t *data, size_t size) : p_(data), lo_(0), hi_(size) {}
-  // Recording: operations from `ops`, arguments drawn from a PRNG (seed) that gives 0 with
-  // probability about (256 - nonzero_per_256) / 256.
-  Reader(std::vector<uint8_t> ops, uint64_t seed, int nonzero_per_256)
+  // Recording: operations from `ops`; the arguments of operation i are op_args[i] (when given)
+  // and then draws from a PRNG (seed) that gives 0 with probability about
+  // (256 - nonzero_per_256) / 256.
+  Reader(std::vector<uint8_t> ops, uint64_t seed, int nonzero_per_256,
+         std::vector<std::vector<uint8_t>> op_args = {})
       : p_(nullptr), lo_(0), hi_(0), recording_(true), ops_(std::move(ops)), rng_(seed | 1),
-        nonzero_(nonzero_per_256) {}
+        nonzero_(nonzero_per_256), op_args_(std::move(op_args)) {}
 
   bool more_ops() const { return recording_ ? next_op_ < ops_.size() : lo_ < hi_; }
   uint8_t op() {
@@ -63,7 +65,16 @@ class Reader {
   uint8_t u8() {
     if (recording_) {
       uint8_t v = 0;
-      if (static_cast<int>(next_rand() & 0xFF) < nonzero_) v = static_cast<uint8_t>(next_rand() >> 24);
+      const size_t op = next_op_ - 1;
+      if (next_op_ > 0 && op < op_args_.size() && used_ < op_args_[op].size() && op == args_op_) {
+        v = op_args_[op][used_++];
+      } else if (next_op_ > 0 && op < op_args_.size() && op != args_op_ && !op_args_[op].empty()) {
+        args_op_ = op;
+        used_ = 1;
+        v = op_args_[op][0];
+      } else if (static_cast<int>(next_rand() & 0xFF) < nonzero_) {
+        v = static_cast<uint8_t>(next_rand() >> 24);
+      }
       args_.push_back(v);
       return v;
     }
@@ -110,6 +121,8 @@ class Reader {
   std::vector<uint8_t> args_;
   uint64_t rng_ = 1;
   int nonzero_ = 0;
+  std::vector<std::vector<uint8_t>> op_args_;
+  size_t args_op_ = SIZE_MAX, used_ = 0;
 };
 
 // A small deterministic PRNG for tensor contents (seeded from the input).

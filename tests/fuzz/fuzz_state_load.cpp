@@ -198,9 +198,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     const std::vector<uint8_t> after = saved_state(lin);
     if (!in_scope) {
-      FUZZ_ASSERT(after.size() == n && std::memcmp(after.data(), data + 1, n) == 0,
-                  "te_linear_state_save after a successful load does not reproduce the loaded bytes (%zu vs %zu bytes)",
-                  after.size(), n);
+      size_t at = 0;
+      while (at < n && at < after.size() && after[at] == data[1 + at]) ++at;
+      FUZZ_ASSERT(after.size() == n && at == n,
+                  "te_linear_state_save after a successful load does not reproduce the loaded bytes (%zu vs %zu bytes; "
+                  "first difference at byte %zu: saved 0x%02x, loaded 0x%02x)",
+                  after.size(), n, at, at < after.size() ? after[at] : 0, at < n ? data[1 + at] : 0);
       FUZZ_ASSERT(TE_CALL(te_linear_state_load, g_ctx, lin, buf.data(), n) == TE_SUCCESS,
                   "loading the same state twice failed the second time");
     }

@@ -10,6 +10,7 @@
 // library's state format. Deterministic: the same library writes the same files.
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -145,6 +146,23 @@ void state_corpus(te_context *ctx, const std::string &dir) {
                   s.dtype == TE_DTYPE_F32 ? "f32" : "bf16", s.steps);
     write_file(dir, name, b);
   }
+  // Scales no save writes (the state format's first state: scale at byte 32, scale_inv at 36).
+  {
+    const std::vector<uint8_t> used = trained_state(ctx, 0, 0, TE_DTYPE_BF16, 2, 5);
+    const struct {
+      const char *name;
+      float scale, scale_inv;
+    } bad[] = {{"22-nan-scale", NAN, NAN}, {"23-zero-scale", 0.0f, INFINITY}, {"24-inconsistent-scale-inv", 1.0f, 1e30f},
+               {"25-denormal-scale", 1e-45f, 1e30f}};
+    for (const auto &b : bad) {
+      std::vector<uint8_t> m = used;
+      if (m.size() >= 1 + 40) {
+        std::memcpy(&m[1 + 32], &b.scale, 4);
+        std::memcpy(&m[1 + 36], &b.scale_inv, 4);
+      }
+      write_file(dir, b.name, m);
+    }
+  }
   // A short history with the in-scope (0x40) and pending-backward (0x80) bits.
   std::vector<uint8_t> b = trained_state(ctx, 7, 1, TE_DTYPE_BF16, 2, 7);
   b[0] |= 0x40;
@@ -193,6 +211,48 @@ void api_corpus(const std::string &dir) {
         OP_WRONG_HANDLE, OP_WRONG_HANDLE}},
       {"memory", {OP_TENSOR_QUERY, OP_TENSOR_QUERY, OP_MALLOC, OP_MALLOC, OP_FREE, OP_MALLOC, OP_TENSOR_QUERY}},
   };
+  // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
+  struct Aimed {
+    const char *name;
+    std::vector<uint8_t> ops;
+    std::vector<std::vector<uint8_t>> args;  // per operation
+  };
+  const std::vector<Aimed> aimed = {
+      // a by-value copy of residuals released after the original was saved, then backward
+      {"aim-residual-copy-released-after-save",
+       {OP_LINEAR_CREATE, OP_AUTOCAST_BEGIN, OP_FORWARD_COMPUTE, OP_RESIDUALS_COPY, OP_FORWARD_SAVE,
+        OP_RESIDUALS_RELEASE, OP_AUTOCAST_END, OP_BACKWARD},
+       {{}, {}, {0}, {0, 1}, {0}, {1}, {}, {0}}},
+      // a copy released after the original was released and its storage handed out again
+      {"aim-residual-copy-double-release",
+       {OP_LINEAR_CREATE, OP_FORWARD_COMPUTE, OP_RESIDUALS_COPY, OP_RESIDUALS_RELEASE, OP_FORWARD_COMPUTE,
+        OP_RESIDUALS_RELEASE, OP_FORWARD_COMPUTE, OP_FORWARD_SAVE, OP_RESIDUALS_RELEASE, OP_BACKWARD},
+       {{}, {0}, {0, 1}, {0}, {2}, {1}, {3}, {2}, {3}, {0}}},
+      // a group destroyed while a scope and its bucket use it
+      {"aim-group-destroyed-in-scope",
+       {OP_GROUP_CREATE, OP_LINEAR_CREATE, OP_AUTOCAST_BEGIN, OP_FORWARD, OP_GROUP_DESTROY, OP_AUTOCAST_END,
+        OP_BACKWARD},
+       {{0}, {}, {0, 0, 0, 0, 150}, {0}, {0}, {}, {0}}},
+      // a destroyed backward context's handle used after its storage went to a new one
+      {"aim-stale-backward-reissued",
+       {OP_LINEAR_CREATE, OP_FORWARD, OP_BACKWARD_DESTROY, OP_FORWARD, OP_BACKWARD, OP_BACKWARD_DESTROY},
+       {{}, {0}, {0}, {1}, {0}, {0}}},
+      {"aim-stale-context", {OP_CTX_DESTROY, OP_AMAX, OP_AUTOCAST_BEGIN}, {{0}, {0}, {0}}},
+      {"aim-stale-linear", {OP_LINEAR_CREATE, OP_LINEAR_DESTROY, OP_FORWARD, OP_LINEAR_DESTROY}, {{}, {0}, {0, 0}, {0}}},
+      {"aim-stale-recipe", {OP_RECIPE_CREATE, OP_RECIPE_RELEASE, OP_RECIPE_QUERY}, {{0}, {0}, {200, 0}}},
+      {"aim-malloc-size-max", {OP_MALLOC, OP_MALLOC}, {{0, 2}, {0, 3, 100}}},
+      {"aim-status-string", {OP_CONTEXT_MISC}, {{0, 4, 0x4a, 0, 0, 0}}},
+      // x of 16 x 16 floats claiming {2^62 + 1, 4} (wraps to 4 elements in int64)
+      {"aim-numel-overflow", {OP_AMAX, OP_TENSOR_QUERY}, {{0, 0, 0, 0, 0, 0, 0, 237, 2}, {}}},
+  };
+  for (const Aimed &a : aimed) {
+    Reader rec(a.ops, 99, 0, a.args);
+    {
+      Program p(rec);
+      p.run();
+    }
+    write_file(dir, a.name, rec.encoding());
+  }
   // Each script with every argument 0 (the common choices), then twice with random arguments.
   const int kNonzero[3] = {0, 24, 64};
   for (const Script &sc : scripts) {
