@@ -5,7 +5,8 @@
 // every other preset the same checks run without it.
 //
 //  - TrainingSteps: N threads, each with its own context and te_linear, run training steps
-//    (autocast begin, forward, end, backward, destroy) with recipes created on the main thread;
+//    (autocast begin, forward, end, backward, destroy) with recipes created on the main thread,
+//    half of them with a group shared by all threads in their scopes;
 //    every output (y, dx, dw, db each step, the final saved state) equals, bit for bit, what the
 //    same work gives when run alone on the main thread.
 //  - RecipeChurn: threads create, retain and release recipes at once, with options equal across
@@ -109,6 +110,7 @@ uint32_t next_rand(uint64_t &s) {
 struct Workload {
   int index;
   const te_recipe *recipe;
+  const te_group *group;  // NULL or a group shared by several threads
   int64_t in, out, tokens;
   int steps;
 };
@@ -181,6 +183,7 @@ Outputs run_workload(const Workload &w) {
     te_autocast_options ao;
     te_autocast_options_init(&ao);
     ao.recipe = w.recipe;
+    ao.group = w.group;
     te_autocast_token tok = 0;
     te_linear_forward_args fa;
     te_linear_forward_args_init(&fa);
@@ -234,9 +237,14 @@ class Threads : public ::testing::Test {
 
 TEST_F(Threads, TrainingStepsMatchSingleThreaded) {
   // Two threads per recipe: the recipes (and so their reference counts) are shared.
+  // Half of them put a group shared by all threads (created here) in their scopes.
   const int n = 2 * static_cast<int>(recipes_.size());
+  te_group *shared_group = nullptr;
+  ASSERT_OK(te_group_create_single(&shared_group));
   std::vector<Workload> work;
-  for (int i = 0; i < n; ++i) work.push_back(Workload{i, recipes_[static_cast<size_t>(i) % recipes_.size()], 32, 16 + 16 * (i % 2), 16, 3});
+  for (int i = 0; i < n; ++i)
+    work.push_back(Workload{i, recipes_[static_cast<size_t>(i) % recipes_.size()], i % 2 ? shared_group : nullptr, 64,
+                            32 + 16 * (i % 2), 32, 4});
   std::vector<Outputs> threaded(static_cast<size_t>(n));
   Barrier start(n);
   run_threads(n, [&](int i) {
@@ -257,6 +265,7 @@ TEST_F(Threads, TrainingStepsMatchSingleThreaded) {
     }
     EXPECT_TRUE(t.state == alone.state) << "thread " << i << ": the saved FP8 state differs from the single-threaded run";
   }
+  te_group_destroy(shared_group);
 }
 
 TEST_F(Threads, RecipeChurn) {
@@ -273,7 +282,7 @@ TEST_F(Threads, RecipeChurn) {
       options_of(TE_RECIPE_BLOCK_SCALING),
   };
   const size_t nv = variants.size();
-  constexpr int kRounds = 40;
+  constexpr int kRounds = 100;
   // keys[thread][variant], descriptions likewise (from every round: they must all agree).
   std::vector<std::vector<std::set<uint64_t>>> keys(kThreads, std::vector<std::set<uint64_t>>(nv));
   std::vector<std::vector<std::set<std::string>>> descs(kThreads, std::vector<std::set<std::string>>(nv));
@@ -306,8 +315,9 @@ TEST_F(Threads, RecipeChurn) {
       held.push_back(r);
       te_recipe *shared = recipes_[static_cast<size_t>(round + t) % recipes_.size()];
       te_recipe_retain(shared);
-      if (te_recipe_key(shared) != shared_keys[static_cast<size_t>(round + t) % recipes_.size()])
-        errors[static_cast<size_t>(t)] = "a shared recipe's key changed";
+      if (te_recipe_key(shared) != shared_keys[static_cast<size_t>(round + t) % recipes_.size()] ||
+          te_recipe_describe(shared)[0] == '\0')
+        errors[static_cast<size_t>(t)] = "a shared recipe's key or description changed";
       te_recipe_release(shared);
       if (held.size() >= 6) {
         std::rotate(held.begin(), held.begin() + 3, held.end());
