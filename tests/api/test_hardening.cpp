@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "api_test_util.h"
+#include "dlpack_abi.h"
 #include "linear_test_util.h"
 
 namespace lt = te_test;
@@ -412,25 +413,13 @@ TEST(HardeningStateLoad, HugeMarginKeepsScalesFinite) {
 
 // ---- 6. DLPack import checks every field it reads ------------------------------------------
 
-namespace {
-struct DLDevice { int32_t device_type, device_id; };
-struct DLDataType { uint8_t code, bits; uint16_t lanes; };
-struct DLTensor { void *data; DLDevice device; int32_t ndim; DLDataType dtype; int64_t *shape, *strides; uint64_t byte_offset; };
-struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx; void (*deleter)(DLManagedTensor *); };
-struct DLManagedTensorVersioned {
-  uint32_t major, minor;
-  void *manager_ctx;
-  void (*deleter)(DLManagedTensorVersioned *);
-  uint64_t flags;
-  DLTensor dl_tensor;
-};
-}  // namespace
+using namespace dlpack;
 
 TEST(HardeningDlpack, RefusesWhatItCannotRepresent) {
   float data[8] = {};
   int64_t shape[1] = {8};
   DLManagedTensorVersioned v{};
-  v.major = 1;
+  v.version.major = 1;
   v.dl_tensor = DLTensor{data, {1, 0}, 1, {2, 32, 1}, shape, nullptr, 0};
   te_tensor out;
   std::memset(&out, 0x5A, sizeof out);
@@ -445,10 +434,10 @@ TEST(HardeningDlpack, RefusesWhatItCannotRepresent) {
   m.dl_tensor.shape = nullptr;
   refused(TE_ERROR_INVALID_ARGUMENT, "dl_managed_tensor", m);
   m = v;
-  m.major = 99;
+  m.version.major = 99;
   refused(TE_ERROR_UNSUPPORTED, "dl_managed_tensor", m);
   m = v;
-  m.flags = 1;  // DLPACK_FLAG_BITMASK_READ_ONLY
+  m.flags = kFlagReadOnly;
   refused(TE_ERROR_INVALID_ARGUMENT, "dl_managed_tensor", m);
   m = v;
   m.dl_tensor.byte_offset = UINT64_MAX - 3;

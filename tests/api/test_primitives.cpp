@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "api_test_util.h"
+#include "dlpack_abi.h"
 
 using namespace te_test;
 
@@ -757,33 +758,7 @@ TEST_F(Primitives, SwiGLU) {
 }
 
 // ---- DLPack import ---------------------------------------------------------------------------------
-// The DLPack ABI, written out here from the spec (dlpack.h v0.8 / v1.0).
-struct DLDevice { int32_t device_type; int32_t device_id; };
-struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
-struct DLTensor {
-  void *data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t *shape;
-  int64_t *strides;
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void *manager_ctx;
-  void (*deleter)(DLManagedTensor *);
-};
-struct DLPackVersion { uint32_t major; uint32_t minor; };
-struct DLManagedTensorVersioned {
-  DLPackVersion version;
-  void *manager_ctx;
-  void (*deleter)(DLManagedTensorVersioned *);
-  uint64_t flags;
-  DLTensor dl_tensor;
-};
-enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
-enum : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLVulkan = 7 };
+using namespace dlpack;  // the ABI written out from the spec (dlpack_abi.h)
 
 int g_deleter_calls = 0;
 void count_deleter(DLManagedTensor *) { ++g_deleter_calls; }

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 
+#include "dlpack_abi.h"
 #include "sweep.h"
 
 namespace sweep {
@@ -92,29 +93,8 @@ te_linear *other_context_linear(World &w, te_context **ctx2 = nullptr) {
   return l;
 }
 
-// ---- DLPack, written out from the spec (as tests/api/test_primitives.cpp) ------------------
-struct DLDevice { int32_t device_type; int32_t device_id; };
-struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
-struct DLTensor {
-  void *data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t *shape;
-  int64_t *strides;
-  uint64_t byte_offset;
-};
-struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx; void (*deleter)(DLManagedTensor *); };
-struct DLPackVersion { uint32_t major; uint32_t minor; };
-struct DLManagedTensorVersioned {
-  DLPackVersion version;
-  void *manager_ctx;
-  void (*deleter)(DLManagedTensorVersioned *);
-  uint64_t flags;
-  DLTensor dl_tensor;
-};
-enum : uint8_t { kDLUInt = 1, kDLFloat = 2 };
-enum : int32_t { kDLCPU = 1, kDLVulkan = 7 };
+// ---- DLPack, written out from the spec (tests/api/dlpack_abi.h) --------------------------
+using namespace dlpack;
 
 // A uint8 [4, 8] CPU tensor (viewed as FP8), its shape and strides in arrays of 16.
 struct DLFix {
