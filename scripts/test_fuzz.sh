@@ -16,8 +16,8 @@
 #    `N passed, M failed` (plus `, K skipped`); exits non-zero when any fuzzer failed.
 # Any crash, sanitizer report, leak, timeout (-timeout=10 s per input), out-of-memory
 # (-rss_limit_mb=2048) or violated invariant (the harness aborts) is a failure.
-# Reproduce one: build/fuzz/tests/fuzz/<name> <crash file> (FUZZ_TRACE=1 prints each call of
-# fuzz_api_sequence). Environment: TE_FUZZ_SECONDS (per fuzzer, default 80: about 3 minutes in
+# Reproduce one: build/fuzz/tests/fuzz/<name> <crash file> (no environment needed; FUZZ_TRACE=1
+# prints each call of fuzz_api_sequence). Environment: TE_FUZZ_SECONDS (per fuzzer, default 80: about 3 minutes in
 # all on 2 cores), TE_FUZZ_JOBS (fuzzers at a time, default 2), TE_FUZZ_SEED (libFuzzer's -seed;
 # default random, printed), TE_FUZZ_BUILD_JOBS (default 2).
 set -uo pipefail
@@ -71,9 +71,14 @@ echo "test_fuzz: $(clang --version | head -1); runtime $rt_dir"
 
 # ---- 2. configure and build -------------------------------------------------------------------
 # libte.so links with --no-undefined, so it takes the shared ASan runtime (which carries UBSan and
-# weak coverage hooks); the harnesses' libFuzzer provides the real hooks at run time.
+# weak coverage hooks); the harnesses' libFuzzer provides the real hooks at run time. In the
+# executables the runtime must come first in the library list: -nostdlib++ keeps clang from
+# putting libstdc++ (which libFuzzer needs) before it, and the flags name it after the runtime. The harnesses' compiled-in sanitizer options (__asan_default_options) are exported for
+# the shared runtime to find, so that a crash input reproduces without any environment.
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 link="-shared-libasan -fsanitize=address,undefined -Wl,-rpath,$rt_dir"
+exe_link="-nostdlib++ $link -Wl,--no-as-needed -lstdc++ -Wl,--export-dynamic-symbol=__asan_default_options \
+-Wl,--export-dynamic-symbol=__ubsan_default_options"
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 if [[ -f "$build/CMakeCache.txt" ]] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang' "$build/CMakeCache.txt"; then
@@ -90,14 +95,14 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Debug -DTE_WITH_CUDA=OFF -DTE_WITH_NCCL=OFF \
   -DTE_BUILD_TESTS=OFF -DTE_BUILD_BENCH=OFF -DTE_BUILD_EXAMPLES=OFF -DTE_BUILD_FUZZERS=ON \
   -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
-  -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" >"$probe_dir/configure.log" 2>&1 ||
+  -DCMAKE_EXE_LINKER_FLAGS="$exe_link" -DCMAKE_SHARED_LINKER_FLAGS="$link" >"$probe_dir/configure.log" 2>&1 ||
   { cat "$probe_dir/configure.log"; fail_all "configure failed"; }
 cmake --build "$build" --parallel "$build_jobs" --target "${fuzzers[@]}" fuzz_make_corpus ||
   fail_all "build failed"
 echo "test_fuzz: built in $((SECONDS - t0)) s"
 
 # ---- 3. run ------------------------------------------------------------------------------------
-export ASAN_OPTIONS="allocator_may_return_null=1:verify_asan_link_order=0:detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}"
+export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export OPENBLAS_NUM_THREADS=1  # no BLAS threads: the fuzzers are single-threaded and share 2 cores
 unset FUZZ_TRACE

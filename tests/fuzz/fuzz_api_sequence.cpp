@@ -5,6 +5,8 @@
 
 #include "api_program.h"
 
+FUZZ_SANITIZER_DEFAULTS
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::Reader reader(data, size);
   fuzz::Program program(reader);

@@ -26,6 +26,19 @@
 #include <utility>
 #include <vector>
 
+// The sanitizer options every harness needs, compiled in so that a crash input reproduces with a
+// plain `build/fuzz/tests/fuzz/<name> <input>`: a huge te_context_malloc must come back as
+// TE_ERROR_OUT_OF_MEMORY rather than an ASan abort. (scripts/test_fuzz.sh exports these symbols
+// from the executables, where the shared ASan runtime finds them.) Each harness says
+// FUZZ_SANITIZER_DEFAULTS once.
+#define FUZZ_SANITIZER_DEFAULTS                                                        \
+  extern "C" __attribute__((visibility("default"))) const char *__asan_default_options() { \
+    return "allocator_may_return_null=1:detect_leaks=1";                               \
+  }                                                                                    \
+  extern "C" __attribute__((visibility("default"))) const char *__ubsan_default_options() { \
+    return "print_stacktrace=1:halt_on_error=1";                                       \
+  }
+
 namespace fuzz {
 
 [[noreturn]] inline void violation(const char *fmt, ...) {

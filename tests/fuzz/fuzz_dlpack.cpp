@@ -19,6 +19,8 @@
 #include "dlpack_spec.h"
 #include "fuzz_common.h"
 
+FUZZ_SANITIZER_DEFAULTS
+
 namespace {
 
 using fuzz::Blob;

@@ -21,6 +21,8 @@
 
 #include "fuzz_common.h"
 
+FUZZ_SANITIZER_DEFAULTS
+
 namespace {
 
 using fuzz::Blob;

@@ -18,6 +18,8 @@
 #include "api_program.h"
 #include "dlpack_spec.h"
 
+FUZZ_SANITIZER_DEFAULTS
+
 namespace {
 
 int g_written = 0;
