@@ -9,17 +9,19 @@
 #    instrumented with -fsanitize=fuzzer-no-link,address,undefined, the harnesses linked with
 #    -fsanitize=fuzzer, and builds them;
 # 3. writes fresh state-load seeds (real saves of this library) next to the checked-in corpora
-#    (tests/fuzz/corpus/<name>/), then runs each fuzzer over them for TE_FUZZ_SECONDS, two at a
-#    time, in a fresh working corpus build/fuzz/work/<name>;
+#    (tests/fuzz/corpus/<name>/), then runs each fuzzer over them, two at a time, in a fresh
+#    working corpus build/fuzz/work/<name>: fuzz_api_sequence for 1.5 x TE_FUZZ_SECONDS (the
+#    largest input space), fuzz_state_load for TE_FUZZ_SECONDS, fuzz_dlpack for half of it (its
+#    coverage levels off within seconds);
 # 4. prints `PASS <name> (<execs> execs, cov <n>)` or `FAIL <name> (...)` per fuzzer, with the
 #    crash input (build/fuzz/artifacts/) and the first lines of its report, and as the LAST line
 #    `N passed, M failed` (plus `, K skipped`); exits non-zero when any fuzzer failed.
 # Any crash, sanitizer report, leak, timeout (-timeout=10 s per input), out-of-memory
 # (-rss_limit_mb=2048) or violated invariant (the harness aborts) is a failure.
 # Reproduce one: build/fuzz/tests/fuzz/<name> <crash file> (no environment needed; FUZZ_TRACE=1
-# prints each call of fuzz_api_sequence). Environment: TE_FUZZ_SECONDS (per fuzzer, default 80: about 3 minutes in
-# all on 2 cores), TE_FUZZ_JOBS (fuzzers at a time, default 2), TE_FUZZ_SEED (libFuzzer's -seed;
-# default random, printed), TE_FUZZ_BUILD_JOBS (default 2).
+# prints each call of fuzz_api_sequence). Environment: TE_FUZZ_SECONDS (default 80: 2 minutes of
+# fuzzing, about 3 with the build, on 2 cores), TE_FUZZ_JOBS (fuzzers at a time, default 2),
+# TE_FUZZ_SEED (libFuzzer's -seed; default random, printed), TE_FUZZ_BUILD_JOBS (default 2).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
@@ -114,19 +116,30 @@ if ! "$build/tests/fuzz/fuzz_make_corpus" state "$build/seeds/fuzz_state_load" >
   fail_all "fuzz_make_corpus could not write the state seeds (build/fuzz/logs/make_corpus.log)"
 fi
 
+fuzz_seconds() {  # name
+  case "$1" in
+    fuzz_api_sequence) echo $((secs * 3 / 2)) ;;
+    fuzz_dlpack) echo $(((secs + 1) / 2)) ;;
+    *) echo "$secs" ;;
+  esac
+}
+
 run_one() {  # name
-  local name="$1" dirs=("$build/work/$1" "$root/tests/fuzz/corpus/$1")
+  local name="$1" dirs=("$build/work/$1" "$root/tests/fuzz/corpus/$1") t
+  t="$(fuzz_seconds "$1")"
   mkdir -p "$build/work/$name"
   [[ -d "$build/seeds/$name" ]] && dirs+=("$build/seeds/$name")
   local seed=()
   [[ -n "${TE_FUZZ_SEED:-}" ]] && seed=(-seed="$TE_FUZZ_SEED")
-  timeout -k 10 $((secs + 300)) "$build/tests/fuzz/$name" "${dirs[@]}" "${seed[@]}" \
-    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+  timeout -k 10 $((t + 300)) "$build/tests/fuzz/$name" "${dirs[@]}" "${seed[@]}" \
+    -max_total_time="$t" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" >"$build/logs/$name.log" 2>&1
   echo $? >"$build/logs/$name.rc"
 }
 
-echo "==== [fuzz] ${#fuzzers[@]} fuzzers, $secs s each, $par at a time"
+plan=""
+for f in "${fuzzers[@]}"; do plan+="${plan:+, }$f $(fuzz_seconds "$f") s"; done
+echo "==== [fuzz] $plan; $par at a time"
 t0=$SECONDS
 running=0
 for f in "${fuzzers[@]}"; do
