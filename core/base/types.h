@@ -64,6 +64,11 @@ const char *device_name(DeviceType t);
 constexpr float kE4M3Max = 448.0f;
 constexpr float kE5M2Max = 57344.0f;
 inline float fp8_max(DType t) { return t == DType::E4M3 ? kE4M3Max : kE5M2Max; }
+// The smallest scale any scale formula produces. An FP8 GEMM multiplies its two operands'
+// scale_inv, and two scale_inv of at most 2^63 multiply to at most 2^126: finite, so a GEMM of
+// all-zero codes gives 0, not 0 * inf = NaN. Only amaxes above fp8_max * 2^63 (about 4e21 for
+// E4M3), or huge margins, reach it: their values then saturate, as diverged tensors should.
+constexpr float kMinScale = 0x1p-63f;
 
 // A non-owning view of a row-major contiguous tensor. Fixed-size shape: building one never
 // allocates.

@@ -166,6 +166,7 @@ float compute_scale_from_amax(float amax, float fp8_max, bool power_of_2, float 
   float scale = fp8_max / amax;
   // amax so small that the scale is not representable: the largest float is the best we can do.
   if (std::isinf(scale)) scale = FLT_MAX;
+  if (scale < kMinScale) scale = kMinScale;
   if (power_of_2) scale = float_of(bits_of(scale) & 0xFF800000u);
   return scale;
 }
@@ -195,9 +196,7 @@ void delayed_scale_update(float *history, int len, float *scale, float *scale_in
     new_scale = (fp8_max / amax) / std::ldexp(1.0f, margin);
   }
   if (std::isinf(new_scale)) new_scale = FLT_MAX;
-  // A large margin over a huge amax underflows to a subnormal or 0, whose inverse is inf: the
-  // smallest normal float keeps scale_inv finite (TE has no guard, and would emit NaN).
-  if (new_scale < FLT_MIN) new_scale = FLT_MIN;
+  if (new_scale < kMinScale) new_scale = kMinScale;
   *scale = new_scale;
   *scale_inv = 1.0f / new_scale;
 

@@ -32,14 +32,15 @@ void store_from_float(void *data, DType t, int64_t i, float v);
 // ---- scales ---------------------------------------------------------------------------------
 // Current / block scaling (TE's compute_scale_from_amax): amax is clamped up to epsilon;
 // amax 0, inf or NaN -> 1; scale = fp8_max / amax correctly rounded; an infinite result ->
-// FLT_MAX; power-of-2 mode keeps only the sign and exponent bits.
+// FLT_MAX, one below kMinScale -> kMinScale; power-of-2 mode keeps only the sign and exponent bits.
 float compute_scale_from_amax(float amax, float fp8_max, bool power_of_2, float epsilon);
 
 enum class AmaxAlgo : int { Max = 0, MostRecent = 1 };
 
 // Delayed scaling update of one state, exactly TE's: amax = max over the whole history (MAX) or
 // history[0] (MOST_RECENT); scale = (fp8_max / amax) / 2^margin if amax is finite and > 0, else
-// the previous scale; an infinite scale -> FLT_MAX; scale_inv = 1 / scale; then the history rolls
+// the previous scale; an infinite scale -> FLT_MAX, one below kMinScale (a huge margin) ->
+// kMinScale; scale_inv = 1 / scale; then the history rolls
 // (history[i] <- history[i+1], the last slot gets the old history[0]) and slot 0 is zeroed.
 // `reduced_amax`, when given, replaces history[0] first (the group's all-reduced value).
 void delayed_scale_update(float *history, int len, float *scale, float *scale_inv, float fp8_max,

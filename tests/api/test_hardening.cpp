@@ -321,6 +321,7 @@ TEST(HardeningStateLoad, RefusesScalesNoUpdateCanProduce) {
   const Case cases[] = {{"NaN scale", NAN, NAN},        {"inf scale", INFINITY, 0.0f},
                         {"zero scale", 0.0f, INFINITY}, {"negative scale", -2.0f, -0.5f},
                         {"subnormal scale", 1e-40f, 1.0f / 1e-40f},
+                        {"scale below 2^-63", 0x1p-64f, 0x1p64f},
                         {"scale_inv not 1/scale", 2.0f, 0.4f}};
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);
@@ -404,11 +405,22 @@ TEST(HardeningStateLoad, HugeMarginKeepsScalesFinite) {
     lt::BackwardPtr bwd(L.forward());
   }
   const lt::ScalingSnapshot st = lt::live_scaling_state(L.ctx.get(), L.lin.get(), TE_ROLE_INPUT);
-  EXPECT_EQ(st.info.scale, FLT_MIN);
+  EXPECT_EQ(st.info.scale, 0x1p-63f);  // kMinScale: two scale_inv multiply to a finite 2^126
   EXPECT_TRUE(std::isfinite(st.info.scale_inv));
   // And the state saves and loads (the loader's range is the update's).
   const std::vector<unsigned char> buf = lt::saved_state(L.ctx.get(), L.lin.get());
   EXPECT_TE_OK(te_linear_state_load(L.ctx.get(), L.lin.get(), buf.data(), buf.size()));
+  // With scales at the floor, ordinary inputs quantize to zero codes: outputs are finite (the two
+  // scale_inv multiply to 2^126, not inf, so no 0 * inf).
+  L.x = lt::random_tensor(TE_DTYPE_F32, {kN, kN}, -2.0f, 2.0f, 12);
+  {
+    lt::AutocastScope s(L.ctx.get(), r.get());
+    lt::BackwardPtr bwd(L.forward());
+    s.end();
+    EXPECT_TE_OK(L.backward(bwd.get()));
+  }
+  for (const lt::HostTensor *t : {&L.y, &L.dx, &L.dw})
+    for (int64_t i = 0; i < t->numel(); ++i) ASSERT_TRUE(std::isfinite(t->at(i))) << i;
 }
 
 // ---- 6. DLPack import checks every field it reads ------------------------------------------

@@ -424,7 +424,7 @@ TEST_F(CudaKernels, ScaleUpdateAndGatherMatchCpu) {
           it.scale = base + off[i] + len[i];
           it.scale_inv = base + off[i] + len[i] + 1;
           it.len = len[i];
-          // Margins up to 127 over amaxes up to 1e30 underflow the scale: both clamp to FLT_MIN.
+          // Margins up to 127 over amaxes up to 1e30 underflow the scale: both clamp to kMinScale.
           it.margin = i % 11 == 10 ? 100 + i % 28 : static_cast<int>(i % 3) - (i % 5 == 4 ? 1 : 0);
           it.algo = i % 2 ? AmaxAlgo::MostRecent : AmaxAlgo::Max;
           it.fp8_max = i % 3 ? kE4M3Max : kE5M2Max;

@@ -188,6 +188,7 @@ __device__ __forceinline__ float dev_compute_scale_from_amax(float amax, float f
   if (isnan(amax) || isinf(amax) || amax == 0.0f) return 1.0f;
   float scale = __fdiv_rn(fp8_max, amax);
   if (isinf(scale)) scale = FLT_MAX;
+  if (scale < kMinScale) scale = kMinScale;
   if (power_of_2) scale = __uint_as_float(__float_as_uint(scale) & 0xFF800000u);
   return scale;
 }

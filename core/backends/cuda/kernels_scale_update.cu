@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kUpdateThreads)
     float new_scale = *it.scale;
     if (isfinite(amax) && amax > 0.0f) new_scale = __fdiv_rn(__fdiv_rn(it.fp8_max, amax), ldexpf(1.0f, it.margin));
     if (isinf(new_scale)) new_scale = FLT_MAX;
-    if (new_scale < FLT_MIN) new_scale = FLT_MIN;  // as numerics.cpp: a margin that underflows
+    if (new_scale < kMinScale) new_scale = kMinScale;  // as numerics.cpp
     *it.scale = new_scale;
     *it.scale_inv = reciprocal_rn(new_scale);
   }

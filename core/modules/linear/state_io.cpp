@@ -4,8 +4,8 @@
 // save/load round trip resumes training identically.
 //
 // Loading trusts nothing: it accepts exactly what saving can produce, and refuses the rest
-// before anything changes. A used state has scale in [FLT_MIN, FLT_MAX] (the scale update keeps
-// it there), scale_inv == 1 / scale as the update computes it, and history entries that are
+// before anything changes. A used state has scale in [kMinScale, FLT_MAX] (every scale formula
+// keeps it there), scale_inv == 1 / scale as the update computes it, and history entries that are
 // amaxes: +0, positive finite or +inf. A NaN amax (a tensor that held NaN) is saved as +0, which
 // every scale update treats alike (the window's MAX ignores NaN, and MOST_RECENT keeps the scale
 // for both). A never-used state is length 0, E4M3, scale = scale_inv = 1.
@@ -104,9 +104,9 @@ void check_state(int role, int32_t len, DType dtype, float scale, float scale_in
            "and scale_inv 1, got %s, %g, %g)", who, dtype_name(dtype), (double)scale, (double)scale_inv);
     return;
   }
-  if (!(scale >= FLT_MIN && scale <= FLT_MAX))
-    fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (scale %g: expected a normal positive finite "
-         "float)", who, (double)scale);
+  if (!(scale >= kMinScale && scale <= FLT_MAX))
+    fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (scale %g: expected 2^-63 <= scale <= FLT_MAX)",
+         who, (double)scale);
   if (bits_of(scale_inv) != bits_of(1.0f / scale))
     fail(Status::InvalidArgument, "argument 'buf': corrupt %s state (scale_inv %.9g is not 1 / scale = %.9g)", who,
          (double)scale_inv, (double)(1.0f / scale));

@@ -766,7 +766,7 @@ function te_linear_state_save(ctx, lin, buf, capacity, size)
 end
 
 # Restores what state_save wrote. Accepts exactly what state_save can write:
-# a used state has a normal positive finite scale, scale_inv == 1/scale, and
+# a used state has a scale in [2^-63, FLT_MAX], scale_inv == 1/scale, and
 # history entries that are amaxes (+0, positive or +inf; state_save writes a
 # NaN amax as 0, which scale updates treat alike); a never-used one has length
 # 0, E4M3 and scale = scale_inv = 1. Errors: INVALID_ARGUMENT for a buffer
