@@ -22,7 +22,6 @@ struct Table {
   std::mutex mu;
   std::vector<uint32_t> free_slots;
   uint32_t next_unused = 0;
-  uint64_t live = 0;
 
   static Slot &slot(uint32_t i) { return chunks[i >> kChunkBits].load(std::memory_order_acquire)[i & (kChunkSize - 1)]; }
 
@@ -40,14 +39,12 @@ struct Table {
       if (!chunk.load(std::memory_order_relaxed)) chunk.store(new Slot[kChunkSize], std::memory_order_release);
       i = next_unused++;
     }
-    ++live;
     return i;
   }
 
   void give(uint32_t i, bool reusable) {
     std::lock_guard<std::mutex> lock(mu);
     if (reusable) free_slots.push_back(i);  // capacity reserved in take()
-    --live;
   }
 };
 
@@ -107,12 +104,6 @@ Handle *handle_table::fault(uint64_t v, uint64_t state, HandleKind kind, HandleF
   }
   (void)kind;
   return nullptr;
-}
-
-uint64_t live_handle_slots() {
-  Table &t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  return t.live;
 }
 
 }  // namespace te

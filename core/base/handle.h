@@ -41,7 +41,6 @@ class Handle {
 
   // The public value (0 while retired).
   uint64_t id() const { return id_; }
-  HandleKind handle_kind() const { return id_ ? kind_ : HandleKind::Dead; }
   template <class P>
   P *as_public() const { return reinterpret_cast<P *>(static_cast<uintptr_t>(id_)); }
 
@@ -87,8 +86,5 @@ inline Handle *resolve_handle(const void *value, HandleKind kind, HandleFault *f
   }
   return handle_table::fault(v, chunk ? state : 0, kind, fault, actual);
 }
-
-// Handles ever issued minus those destroyed: for tests that check nothing leaks.
-uint64_t live_handle_slots();
 
 }  // namespace te
