@@ -1,5 +1,5 @@
 // The internal backend interface: everything device-specific that libte does goes through it.
-// The CPU backend (core/src/cpu) is the reference implementation; the CUDA backend (core/src/cuda)
+// The CPU backend (backends/cpu) is the reference implementation; the CUDA backend (backends/cuda)
 // implements the same interface with kernels and cuBLASLt.
 //
 // Contract for every implementation:
@@ -20,12 +20,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "numerics/norm.h"
 #include "numerics/numerics.h"
 #include "base/types.h"
 
 namespace te {
 
-enum class Activation : int { ReLU = 0, GELU = 1, SwiGLU = 2 };
+enum class Activation : int { ReLU = 0, GELU = 1, SwiGLU = 2, GeGLU = 3, SReLU = 4 };
+inline bool is_gated(Activation a) { return a == Activation::SwiGLU || a == Activation::GeGLU; }
 enum class Epilogue : int { None = 0, Bias = 1, Gelu = 2, BiasGelu = 3 };
 
 // D[m, n] = op(A)[m, k] op(B)[k, n] (row-major), then the epilogue, then D's dtype.
@@ -39,6 +41,40 @@ struct GemmArgs {
   TensorView gelu_input;              // optional pre-GELU output (data == nullptr: none)
   bool accumulate = false;            // D += result
   bool split_accumulator = false;     // FP8 fast-accumulation off (CUDA); exact on the CPU
+};
+
+// LayerNorm / RMSNorm forward over the last dimension of x [rows, hidden], in the order and
+// formulas of numerics/norm.h. Outputs (each optional: data/pointer null = not wanted):
+//  - y: the normalised values in a high-precision dtype ([rows, hidden]);
+//  - mu, rsigma: fp32 [rows] statistics for the backward (mu unused by RMSNorm);
+//  - out / out_t: FP8 [rows, hidden] / its transpose [hidden, rows], cast from the fp32 values
+//    with the per-tensor *scale (delayed scaling); 1/scale is written to each one's scale_inv[0];
+//  - amax_accum: max-accumulates max |v| over the fp32 normalised values v (NaN if one is NaN),
+//    so a current-scaling cast of y needs no separate amax pass.
+// On CUDA this is one fused kernel: the FP8 input of the next GEMM, its transpose and its amax
+// come out of the pass that normalises.
+struct NormForwardArgs {
+  NormKind kind = NormKind::LayerNorm;
+  float eps = 1e-5f;
+  bool zero_centered_gamma = false;
+  TensorView x;            // [rows, hidden], F32/F16/BF16
+  TensorView gamma, beta;  // [hidden], x's dtype; beta.data null: none (RMSNorm never has one)
+  TensorView y;            // optional
+  float *mu = nullptr, *rsigma = nullptr;
+  const float *scale = nullptr;  // required with out/out_t
+  float *amax_accum = nullptr;
+  TensorView *out = nullptr, *out_t = nullptr;
+};
+
+// Norm backward from the forward's x, gamma and statistics: dx [rows, hidden] (x's dtype),
+// dgamma and dbeta [hidden] (gamma's dtype; each optional; dbeta LayerNorm only). dgamma/dbeta
+// are written, not accumulated, and are deterministic (fixed reduction order on every backend).
+struct NormBackwardArgs {
+  NormKind kind = NormKind::LayerNorm;
+  bool zero_centered_gamma = false;
+  TensorView dy, x, gamma;
+  const float *mu = nullptr, *rsigma = nullptr;
+  TensorView dx, dgamma, dbeta;
 };
 
 // One scaling state as the fused update sees it: history[len], then scale, then scale_inv; the
@@ -106,6 +142,8 @@ class Backend {
                                    const TensorView &dx) = 0;
   // db[n] = sum over rows of dy[rows, n], accumulated in fp32.
   virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
+  virtual void norm_forward(const NormForwardArgs &args) = 0;
+  virtual void norm_backward(const NormBackwardArgs &args) = 0;
 
   // ---- scratch ----
   // What gemm / cast_transpose / block_quantize with these arguments take from the cache, added
@@ -115,6 +153,8 @@ class Backend {
                                    const TensorView * /*out_t*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_block_quantize(const TensorView & /*x*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_bias_grad(const TensorView & /*dy*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_norm_forward(const NormForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_norm_backward(const NormBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   // Makes the cache hold every block of `plan` at once; afterwards the planned calls allocate
   // nothing. Throws OutOfMemory (and then nothing changed).
   virtual void reserve(const ScratchPlan & /*plan*/) {}

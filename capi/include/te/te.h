@@ -578,13 +578,16 @@ TE_API te_status te_linear_state_load(te_context *ctx, te_linear *lin, const voi
 
 typedef enum te_activation {
   TE_ACTIVATION_RELU = 0,
-  TE_ACTIVATION_GELU = 1,  /* tanh approximation, as TE */
-  TE_ACTIVATION_SWIGLU = 2 /* x [..., 2n] -> silu(x[..., :n]) * x[..., n:] : [..., n] */
+  TE_ACTIVATION_GELU = 1,   /* tanh approximation, as TE */
+  TE_ACTIVATION_SWIGLU = 2, /* x [..., 2n] -> silu(x[..., :n]) * x[..., n:] : [..., n] */
+  TE_ACTIVATION_GEGLU = 3,  /* x [..., 2n] -> gelu(x[..., :n]) * x[..., n:] : [..., n] */
+  TE_ACTIVATION_SRELU = 4   /* squared ReLU: max(x, 0)^2 */
 } te_activation;
 
 /* y = act(x). x, y: F32, F16 or BF16, same dtype and device; y's shape is x's
- * (last dim halved for SwiGLU). Computed in fp32. Errors: INVALID_ARGUMENT
- * for a dtype or shape mismatch or an odd last dimension under SwiGLU. */
+ * (last dim halved for the gated SwiGLU and GEGLU). Computed in fp32.
+ * Errors: INVALID_ARGUMENT for a dtype or shape mismatch or an odd last
+ * dimension under a gated activation. */
 TE_API te_status te_activation_forward(te_context *ctx, te_activation act, const te_tensor *x,
                                        te_tensor *y);
 /* dx = dy * act'(x): dy has y's shape, dx has x's. Errors as forward. */
@@ -664,6 +667,375 @@ TE_API te_status te_gemm_options_init(te_gemm_options *opts);
  * epilogue). Errors: INVALID_ARGUMENT, UNSUPPORTED. */
 TE_API te_status te_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *d,
                          const te_gemm_options *opts);
+
+/* ------------------------------------------------------------------------- */
+/* Normalization                                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef enum te_norm_kind {
+  TE_NORM_LAYERNORM = 0, /* (x - mean) / sqrt(var + eps) * gamma + beta */
+  TE_NORM_RMSNORM = 1    /* x / sqrt(mean(x^2) + eps) * gamma */
+} te_norm_kind;
+
+typedef struct te_norm_options {
+  size_t struct_size;
+  te_norm_kind kind;           /* default LAYERNORM */
+  float eps;                   /* default 1e-5; finite and > 0 */
+  int32_t zero_centered_gamma; /* default 0; 1: the scale applied is (1 + gamma),
+                                  so gamma = 0 is the identity (TE's option) */
+} te_norm_options;
+
+TE_API te_status te_norm_options_init(te_norm_options *opts);
+
+/* Arguments of te_norm_forward. The norm runs over the last dimension of the
+ * input; `rows` below is the product of its other dimensions. */
+typedef struct te_norm_forward_args {
+  size_t struct_size;
+  const te_tensor *input;  /* x [..., hidden]: F32, F16 or BF16 */
+  const te_tensor *weight; /* gamma [hidden], x's dtype */
+  const te_tensor *bias;   /* beta [hidden], x's dtype: required by LayerNorm,
+                              NULL for RMSNorm */
+  te_tensor *output;       /* y [..., hidden] (or [rows, hidden]): F32/F16/BF16,
+                              or E4M3/E5M2 with per-tensor scaling; may be
+                              NULL when output_t is given */
+  te_tensor *output_t;     /* optional FP8 [hidden, rows]: y transposed (the
+                              K-major operand an FP8 wgrad GEMM needs) */
+  te_tensor *mu;           /* optional F32 [rows]: the means (LayerNorm only) */
+  te_tensor *rsigma;       /* optional F32 [rows]: 1 / sqrt(var + eps) */
+  /* FP8 outputs: quantize->scale is the scale to use (delayed scaling); NULL
+   * (or quantize NULL): current scaling from y's own amax, with
+   * quantize->amax_epsilon and power_of_2_scales. quantize->amax, when set,
+   * max-accumulates the amax of the normalised values in any mode. */
+  const te_quantize_options *quantize;
+} te_norm_forward_args;
+
+TE_API te_status te_norm_forward_args_init(te_norm_forward_args *args);
+
+/* LayerNorm or RMSNorm forward, statistics in fp32 (the order of the sums is
+ * fixed, so every backend gives bit-identical statistics, outputs and FP8
+ * codes). With an FP8 output and a given scale the GPU normalises, casts,
+ * transposes and records the amax in one pass. opts may be NULL (defaults).
+ * Errors: INVALID_ARGUMENT (dtype/shape/device mismatch, a beta given to
+ * RMSNorm or missing for LayerNorm, mu with RMSNorm, no output at all,
+ * output_t not FP8, FP8 outputs of two dtypes, block scaling, a scale or amax
+ * with a high-precision output only). */
+TE_API te_status te_norm_forward(te_context *ctx, const te_norm_options *opts,
+                                 const te_norm_forward_args *args);
+
+/* Norm backward: from dy [..., hidden] (x's dtype), the forward's x, gamma
+ * and saved statistics (mu: LayerNorm only, NULL for RMSNorm), computes
+ * dx [..., hidden] (x's dtype), dgamma [hidden] and dbeta [hidden] (LayerNorm
+ * only), gamma's dtype; each output may be NULL. dgamma and dbeta are written
+ * (not accumulated) and deterministic. Errors: INVALID_ARGUMENT. */
+TE_API te_status te_norm_backward(te_context *ctx, const te_norm_options *opts, const te_tensor *dy,
+                                  const te_tensor *x, const te_tensor *gamma, const te_tensor *mu,
+                                  const te_tensor *rsigma, te_tensor *dx, te_tensor *dgamma,
+                                  te_tensor *dbeta);
+
+/* ------------------------------------------------------------------------- */
+/* Transformer modules: LayerNormLinear, LayerNormMLP, GroupedLinear          */
+/* ------------------------------------------------------------------------- */
+/*
+ * They follow te_linear's contract point for point: options with an _init,
+ * create/destroy, forward split into a pure forward_compute that fills a
+ * residuals struct (released with ..._residuals_release or handed to
+ * ..._forward_save, which packs it into a backward context), ..._forward
+ * doing both, a backward callable again with identical results until the
+ * backward context is destroyed (TE_BACKWARD_ONCE frees it at the first),
+ * the FP8 weight cache (weight_unchanged), main_grad accumulation
+ * (fuse_wgrad_accumulation: dW added into F32 tensors), scaling-state
+ * inspection and versioned, bit-exact state save/load. Backward takes a
+ * te_linear_backward_args (its flags) for every module. Every GEMM's three
+ * scaling states (input, weight, grad_output) join the innermost autocast
+ * scope's buckets exactly as a te_linear's do.
+ *
+ * What the caller passes in stays the caller's and is referenced, not
+ * copied: the input x and the norm's gamma (always, for the norm's backward)
+ * and the weights (when the forward ran in high precision) must stay alive
+ * and unchanged until the backward context is destroyed.
+ */
+
+/* LayerNormLinear: y = norm(x) W^T + b, TE's LayerNormLinear (a QKV
+ * projection). Under FP8 with delayed scaling the norm writes the GEMM's FP8
+ * input, its transpose and its amax in one pass. */
+typedef struct te_layernorm_linear te_layernorm_linear;
+
+typedef struct te_layernorm_linear_options {
+  size_t struct_size;
+  int64_t in_features;              /* required, > 0 */
+  int64_t out_features;             /* required, > 0 */
+  int32_t bias;                     /* default 1 */
+  te_dtype activation_dtype;        /* F32, F16 or BF16 (default BF16) */
+  int32_t fuse_wgrad_accumulation;  /* default 0 */
+  te_norm_kind normalization;       /* default LAYERNORM */
+  float eps;                        /* default 1e-5 */
+  int32_t zero_centered_gamma;      /* default 0 */
+} te_layernorm_linear_options;
+
+TE_API te_status te_layernorm_linear_options_init(te_layernorm_linear_options *opts);
+/* Errors: INVALID_ARGUMENT (a field out of range, named). */
+TE_API te_status te_layernorm_linear_create(te_layernorm_linear **out, te_context *ctx,
+                                            const te_layernorm_linear_options *opts);
+TE_API void te_layernorm_linear_destroy(te_layernorm_linear *m);
+
+typedef struct te_layernorm_linear_forward_args {
+  size_t struct_size;
+  const te_tensor *input;     /* x [..., in_features] */
+  const te_tensor *ln_weight; /* gamma [in_features] */
+  const te_tensor *ln_bias;   /* beta [in_features]: LayerNorm only (NULL for RMSNorm) */
+  const te_tensor *weight;    /* W [out_features, in_features] */
+  const te_tensor *bias;      /* b [out_features]; NULL iff the layer has no bias */
+  int32_t weight_unchanged;   /* as te_linear_forward_args */
+  te_tensor *ln_out;          /* optional output: norm(x) [..., in_features] in the
+                                 activation dtype (TE's return_layernorm_output) */
+} te_layernorm_linear_forward_args;
+
+TE_API te_status te_layernorm_linear_forward_args_init(te_layernorm_linear_forward_args *args);
+
+/* Views of library-owned storage; set struct_size before the call. */
+typedef struct te_layernorm_linear_residuals {
+  size_t struct_size;
+  te_tensor ln_out_t; /* FP8: norm(x)^T [in, tokens] with its scale_inv; else norm(x) */
+  te_tensor weight_t; /* FP8: W^T [in, out]; else the caller's W */
+  te_tensor mu;       /* F32 [tokens] (LayerNorm; data NULL for RMSNorm) */
+  te_tensor rsigma;   /* F32 [tokens] */
+  int32_t fp8;
+  void *internal;     /* a handle owned by one struct: do not touch */
+} te_layernorm_linear_residuals;
+
+/* Errors: as te_linear_forward_compute, and INVALID_ARGUMENT for gamma/beta
+ * not [in_features] of the activation dtype, a beta given to RMSNorm or
+ * missing for LayerNorm, ln_out not like x. */
+TE_API te_status te_layernorm_linear_forward_compute(te_context *ctx, te_layernorm_linear *m,
+                                                     const te_layernorm_linear_forward_args *args,
+                                                     te_tensor *y,
+                                                     te_layernorm_linear_residuals *residuals);
+TE_API void te_layernorm_linear_residuals_release(te_layernorm_linear_residuals *residuals);
+
+typedef struct te_layernorm_linear_backward_ctx te_layernorm_linear_backward_ctx;
+
+TE_API te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_linear *m,
+                                                  te_layernorm_linear_residuals *residuals,
+                                                  te_layernorm_linear_backward_ctx **out);
+TE_API te_status te_layernorm_linear_forward(te_context *ctx, te_layernorm_linear *m,
+                                             const te_layernorm_linear_forward_args *args,
+                                             te_tensor *y, te_layernorm_linear_backward_ctx **out);
+
+/* The gradients backward writes; every pointer may be NULL to skip it. */
+typedef struct te_layernorm_linear_grads {
+  size_t struct_size;
+  te_tensor *dx;         /* [..., in] (dx through the norm), activation dtype */
+  te_tensor *dln_weight; /* dgamma [in] */
+  te_tensor *dln_bias;   /* dbeta [in]: LayerNorm only */
+  te_tensor *dw;         /* [out, in]; F32 and added into with fuse_wgrad_accumulation */
+  te_tensor *db;         /* [out]: layers with bias only */
+} te_layernorm_linear_grads;
+
+TE_API te_status te_layernorm_linear_grads_init(te_layernorm_linear_grads *grads);
+
+/* dy [tokens, out] (any leading shape with tokens rows) -> the requested
+ * gradients. grads and args may be NULL (nothing requested / no flags).
+ * Errors: as te_linear_backward. */
+TE_API te_status te_layernorm_linear_backward(te_context *ctx,
+                                              te_layernorm_linear_backward_ctx *bwd,
+                                              const te_tensor *dy,
+                                              const te_layernorm_linear_grads *grads,
+                                              const te_linear_backward_args *args);
+TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd);
+
+TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx,
+                                                       const te_layernorm_linear *m,
+                                                       te_tensor_role role,
+                                                       te_scaling_state_info *info,
+                                                       float *history, size_t history_cap);
+TE_API te_status te_layernorm_linear_state_save(te_context *ctx, const te_layernorm_linear *m,
+                                                void *buf, size_t capacity, size_t *size);
+TE_API te_status te_layernorm_linear_state_load(te_context *ctx, te_layernorm_linear *m,
+                                                const void *buf, size_t size);
+
+/* LayerNormMLP: y = fc2(act(fc1(norm(x)))), TE's LayerNormMLP (the
+ * feed-forward block). Under FP8 the norm writes fc1's FP8 input and the
+ * activation writes fc2's (each with its amax); fc1's output (the
+ * activation's input) is kept in the activation dtype for the backward.
+ * fc1's weight is [ffn_hidden_size, hidden_size], or [2 * ffn_hidden_size,
+ * hidden_size] for the gated SwiGLU and GEGLU (gate rows first); fc2's is
+ * [hidden_size, ffn_hidden_size]. */
+typedef struct te_layernorm_mlp te_layernorm_mlp;
+
+typedef struct te_layernorm_mlp_options {
+  size_t struct_size;
+  int64_t hidden_size;              /* required, > 0 */
+  int64_t ffn_hidden_size;          /* required, > 0 */
+  int32_t bias;                     /* default 1: fc1 and fc2 have biases */
+  te_activation activation;         /* default GELU */
+  te_dtype activation_dtype;        /* F32, F16 or BF16 (default BF16) */
+  int32_t fuse_wgrad_accumulation;  /* default 0 */
+  te_norm_kind normalization;       /* default LAYERNORM */
+  float eps;                        /* default 1e-5 */
+  int32_t zero_centered_gamma;      /* default 0 */
+} te_layernorm_mlp_options;
+
+TE_API te_status te_layernorm_mlp_options_init(te_layernorm_mlp_options *opts);
+TE_API te_status te_layernorm_mlp_create(te_layernorm_mlp **out, te_context *ctx,
+                                         const te_layernorm_mlp_options *opts);
+TE_API void te_layernorm_mlp_destroy(te_layernorm_mlp *m);
+
+typedef struct te_layernorm_mlp_forward_args {
+  size_t struct_size;
+  const te_tensor *input;      /* x [..., hidden] */
+  const te_tensor *ln_weight;  /* gamma [hidden] */
+  const te_tensor *ln_bias;    /* beta [hidden]: LayerNorm only */
+  const te_tensor *fc1_weight; /* [ffn (x2 gated), hidden] */
+  const te_tensor *fc1_bias;   /* [ffn (x2 gated)]; NULL iff no bias */
+  const te_tensor *fc2_weight; /* [hidden, ffn] */
+  const te_tensor *fc2_bias;   /* [hidden]; NULL iff no bias */
+  int32_t weight_unchanged;    /* both FP8 weights may be reused */
+  te_tensor *ln_out;           /* optional output: norm(x) [..., hidden] */
+} te_layernorm_mlp_forward_args;
+
+TE_API te_status te_layernorm_mlp_forward_args_init(te_layernorm_mlp_forward_args *args);
+
+typedef struct te_layernorm_mlp_residuals {
+  size_t struct_size;
+  te_tensor ln_out_t;     /* FP8: norm(x)^T; else norm(x) */
+  te_tensor fc1_weight_t; /* FP8: fc1 W^T; else the caller's */
+  te_tensor fc1_out;      /* fc1's output (activation input) [tokens, ffn (x2)] */
+  te_tensor act_out_t;    /* FP8: act(fc1_out)^T [ffn, tokens]; else act(fc1_out) */
+  te_tensor fc2_weight_t; /* FP8: fc2 W^T; else the caller's */
+  te_tensor mu;           /* F32 [tokens] (LayerNorm) */
+  te_tensor rsigma;       /* F32 [tokens] */
+  int32_t fp8;
+  void *internal;
+} te_layernorm_mlp_residuals;
+
+/* Errors: as te_layernorm_linear_forward_compute (UNSUPPORTED under FP8 when
+ * tokens, hidden or ffn (x2 gated) is not a multiple of 16). */
+TE_API te_status te_layernorm_mlp_forward_compute(te_context *ctx, te_layernorm_mlp *m,
+                                                  const te_layernorm_mlp_forward_args *args,
+                                                  te_tensor *y, te_layernorm_mlp_residuals *residuals);
+TE_API void te_layernorm_mlp_residuals_release(te_layernorm_mlp_residuals *residuals);
+
+typedef struct te_layernorm_mlp_backward_ctx te_layernorm_mlp_backward_ctx;
+
+TE_API te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp *m,
+                                               te_layernorm_mlp_residuals *residuals,
+                                               te_layernorm_mlp_backward_ctx **out);
+TE_API te_status te_layernorm_mlp_forward(te_context *ctx, te_layernorm_mlp *m,
+                                          const te_layernorm_mlp_forward_args *args, te_tensor *y,
+                                          te_layernorm_mlp_backward_ctx **out);
+
+typedef struct te_layernorm_mlp_grads {
+  size_t struct_size;
+  te_tensor *dx;          /* [..., hidden] */
+  te_tensor *dln_weight;  /* [hidden] */
+  te_tensor *dln_bias;    /* [hidden]: LayerNorm only */
+  te_tensor *dfc1_weight; /* fc1 W's shape; F32 added into with fuse_wgrad_accumulation */
+  te_tensor *dfc1_bias;
+  te_tensor *dfc2_weight;
+  te_tensor *dfc2_bias;
+} te_layernorm_mlp_grads;
+
+TE_API te_status te_layernorm_mlp_grads_init(te_layernorm_mlp_grads *grads);
+TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_backward_ctx *bwd,
+                                           const te_tensor *dy, const te_layernorm_mlp_grads *grads,
+                                           const te_linear_backward_args *args);
+TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd);
+
+/* Which GEMM of a LayerNormMLP. */
+typedef enum te_mlp_gemm { TE_MLP_FC1 = 0, TE_MLP_FC2 = 1 } te_mlp_gemm;
+
+TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m,
+                                                    te_mlp_gemm gemm, te_tensor_role role,
+                                                    te_scaling_state_info *info, float *history,
+                                                    size_t history_cap);
+TE_API te_status te_layernorm_mlp_state_save(te_context *ctx, const te_layernorm_mlp *m, void *buf,
+                                             size_t capacity, size_t *size);
+TE_API te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *m, const void *buf,
+                                             size_t size);
+
+/* GroupedLinear: num_gemms experts sharing in/out features, TE's
+ * GroupedLinear (mixture of experts). A call splits the input's rows into
+ * consecutive groups of m_splits[i] tokens (a host array; counts may be 0 and
+ * need not be multiples of 16: under FP8 each group is padded to 16 rows
+ * inside the library, never by the caller); group i goes through expert i:
+ * y_i = x_i W_i^T + b_i. Each expert has its own three scaling states; all of
+ * them join the scope's bucket for (recipe, group) together, so a pass still
+ * makes one amax reduction and one scale update per bucket. */
+typedef struct te_grouped_linear te_grouped_linear;
+
+#define TE_GROUPED_LINEAR_MAX_GEMMS 1024
+
+typedef struct te_grouped_linear_options {
+  size_t struct_size;
+  int32_t num_gemms;                /* required, 1..TE_GROUPED_LINEAR_MAX_GEMMS */
+  int64_t in_features;              /* required, > 0 */
+  int64_t out_features;             /* required, > 0 */
+  int32_t bias;                     /* default 1 */
+  te_dtype activation_dtype;        /* F32, F16 or BF16 (default BF16) */
+  int32_t fuse_wgrad_accumulation;  /* default 0 */
+} te_grouped_linear_options;
+
+TE_API te_status te_grouped_linear_options_init(te_grouped_linear_options *opts);
+TE_API te_status te_grouped_linear_create(te_grouped_linear **out, te_context *ctx,
+                                          const te_grouped_linear_options *opts);
+TE_API void te_grouped_linear_destroy(te_grouped_linear *g);
+
+typedef struct te_grouped_linear_forward_args {
+  size_t struct_size;
+  const te_tensor *input;           /* x [..., in] with sum(m_splits) rows */
+  const int64_t *m_splits;          /* host array [num_gemms], each >= 0 */
+  const te_tensor *const *weights;  /* [num_gemms] pointers, each W_i [out, in] */
+  const te_tensor *const *biases;   /* [num_gemms] pointers, each b_i [out];
+                                       NULL iff the layer has no bias */
+  int32_t weight_unchanged;         /* every expert's FP8 weight may be reused */
+} te_grouped_linear_forward_args;
+
+TE_API te_status te_grouped_linear_forward_args_init(te_grouped_linear_forward_args *args);
+
+typedef struct te_grouped_linear_residuals {
+  size_t struct_size;
+  int32_t fp8;
+  void *internal;
+} te_grouped_linear_residuals;
+
+/* y [..., out] with x's rows. Errors: INVALID_ARGUMENT (m_splits NULL, a
+ * negative count, counts not summing to x's rows, a weight or bias NULL or
+ * of the wrong shape/dtype/device), UNSUPPORTED (FP8 with in or out not a
+ * multiple of 16). */
+TE_API te_status te_grouped_linear_forward_compute(te_context *ctx, te_grouped_linear *g,
+                                                   const te_grouped_linear_forward_args *args,
+                                                   te_tensor *y,
+                                                   te_grouped_linear_residuals *residuals);
+TE_API void te_grouped_linear_residuals_release(te_grouped_linear_residuals *residuals);
+
+typedef struct te_grouped_linear_backward_ctx te_grouped_linear_backward_ctx;
+
+TE_API te_status te_grouped_linear_forward_save(te_context *ctx, te_grouped_linear *g,
+                                                te_grouped_linear_residuals *residuals,
+                                                te_grouped_linear_backward_ctx **out);
+TE_API te_status te_grouped_linear_forward(te_context *ctx, te_grouped_linear *g,
+                                           const te_grouped_linear_forward_args *args,
+                                           te_tensor *y, te_grouped_linear_backward_ctx **out);
+
+/* dy [tokens, out] -> dx [tokens, in], dw[i] [out, in] and db[i] [out] for
+ * every expert (dw and db are arrays of num_gemms pointers; each array, and
+ * dx, may be NULL to skip it; an expert that got no tokens gets dW = 0, or
+ * nothing added with fuse_wgrad_accumulation, and db = 0). */
+TE_API te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd,
+                                            const te_tensor *dy, te_tensor *dx,
+                                            te_tensor *const *dw, te_tensor *const *db,
+                                            const te_linear_backward_args *args);
+TE_API void te_grouped_linear_backward_ctx_destroy(te_grouped_linear_backward_ctx *bwd);
+
+/* `expert` in 0..num_gemms-1. */
+TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g,
+                                                     int32_t expert, te_tensor_role role,
+                                                     te_scaling_state_info *info, float *history,
+                                                     size_t history_cap);
+TE_API te_status te_grouped_linear_state_save(te_context *ctx, const te_grouped_linear *g,
+                                              void *buf, size_t capacity, size_t *size);
+TE_API te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear *g,
+                                              const void *buf, size_t size);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -5,6 +5,7 @@
 //   cpu_quantize.cpp    amax, scales, casts with transpose, block quantization, dequantization
 //   cpu_gemm.cpp        GEMM with the bias/GELU/accumulate epilogue
 //   cpu_activation.cpp  ReLU/GELU/SwiGLU forward and backward, bias gradient
+//   cpu_norm.cpp        LayerNorm/RMSNorm forward (with the fused FP8 cast) and backward
 #pragma once
 
 #include "backends/cpu/cpu_allocator.h"
@@ -40,12 +41,16 @@ class CpuBackend final : public Backend {
   void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                            const TensorView &dx) override;
   void bias_grad(const TensorView &dy, const TensorView &db) override;
+  void norm_forward(const NormForwardArgs &args) override;
+  void norm_backward(const NormBackwardArgs &args) override;
 
   void plan_gemm(const GemmArgs &args, ScratchPlan *plan) const override;
   void plan_cast_transpose(const TensorView &x, const TensorView *out, const TensorView *out_t,
                            ScratchPlan *plan) const override;
   void plan_block_quantize(const TensorView &x, ScratchPlan *plan) const override;
   void plan_bias_grad(const TensorView &dy, ScratchPlan *plan) const override;
+  void plan_norm_forward(const NormForwardArgs &args, ScratchPlan *plan) const override;
+  void plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const override;
   void reserve(const ScratchPlan &plan) override;
   void plan_dequantize(const TensorView &x, ScratchPlan *plan) const;
 

@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
   void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                            const TensorView &dx) override;
   void bias_grad(const TensorView &dy, const TensorView &db) override;
+  void norm_forward(const NormForwardArgs &args) override;
+  void norm_backward(const NormBackwardArgs &args) override;
 
   void gather_amax(const ScaleUpdateItem *items, int n, float *packed) override;
   void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) override;
