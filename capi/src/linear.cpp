@@ -125,7 +125,7 @@ TE_API te_status te_linear_forward_compute(te_context *ctx, te_linear *lin, cons
     forward_compute(ctx, lin, args, y, saved, &in_t, &w_t);
     residuals->input_t = to_c_tensor(in_t);
     residuals->weight_t = to_c_tensor(w_t);
-    residuals->fp8 = saved->fp8;
+    residuals->fp8 = saved->proj.fp8;
     residuals->internal = saved.release()->as_public<void>();
   });
 }

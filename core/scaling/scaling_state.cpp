@@ -26,7 +26,7 @@ ScalingState::Staged ScalingState::stage(Backend &be, AmaxSlots &slots, const Re
 void ScalingState::commit(Backend &be, Staged &&s) {
   if (s.reinit) {
     if (s.slot.get()) amax_ = std::move(s.slot);
-    else be.fill_floats(amax_.get(), 0.0f, 1);
+    if (amax_.get()) be.fill_floats(amax_.get(), s.amax_value, 1);
     mem_ = std::move(s.mem);
     len_ = s.len;
     dtype_ = s.dtype;
@@ -52,25 +52,29 @@ void ScalingState::read(Backend &be, float *scale_out, float *scale_inv_out, flo
   }
 }
 
-void ScalingState::assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale, float scale_inv,
-                          const float *history) {
-  if (len <= 0) {
-    mem_.reset();
-    len_ = 0;
-    dtype_ = dtype;
-    return;
-  }
+ScalingState::Staged ScalingState::stage_assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale,
+                                                float scale_inv, const float *history) const {
+  Staged s;
+  s.reinit = true;
+  s.len = len > 0 ? len : 0;
+  s.dtype = dtype;
+  s.margin = margin_;
+  s.algo = algo_;
+  if (s.len == 0) return s;
   std::vector<float> host(static_cast<size_t>(len) + 3, 0.0f);
   std::copy_n(history + 1, static_cast<size_t>(len - 1), host.begin() + 1);  // [0] lives in the slot
   host[len] = scale;
   host[len + 1] = scale_inv;
-  Buffer mem(&be, host.size() * sizeof(float));
-  if (!amax_.get()) amax_.acquire(slots);
-  be.copy_from_host(mem.get(), host.data(), host.size() * sizeof(float));
-  be.copy_from_host(amax_.get(), history, sizeof(float));
-  mem_ = std::move(mem);
-  len_ = len;
-  dtype_ = dtype;
+  s.mem = Buffer(&be, host.size() * sizeof(float));
+  if (!amax_.get()) s.slot.acquire(slots);
+  be.copy_from_host(s.mem.get(), host.data(), host.size() * sizeof(float));
+  s.amax_value = history[0];
+  return s;
+}
+
+void ScalingState::assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale, float scale_inv,
+                          const float *history) {
+  commit(be, stage_assign(be, slots, len, dtype, scale, scale_inv, history));
 }
 
 }  // namespace te

@@ -31,6 +31,7 @@ class ScalingState {
     DType dtype = DType::E4M3;
     int margin = 0;
     AmaxAlgo algo = AmaxAlgo::Max;
+    float amax_value = 0.0f;  // the current amax the state starts with
   };
   Staged stage(Backend &be, AmaxSlots &slots, const Recipe &recipe, DType fp8_dtype) const;
   void commit(Backend &be, Staged &&s);  // throws only for a device failure
@@ -56,6 +57,9 @@ class ScalingState {
   // amax.
   void read(Backend &be, float *scale, float *scale_inv, float *history, int history_cap) const;
   // Replaces the whole state (used by state_load); allocation happens before anything changes.
+  // stage_assign + commit do it in two steps, for a load of several states.
+  Staged stage_assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale, float scale_inv,
+                      const float *history) const;
   void assign(Backend &be, AmaxSlots &slots, int len, DType dtype, float scale, float scale_inv,
               const float *history);
 

@@ -7,14 +7,15 @@ namespace {
 
 void validate_backward(const Context &ctx, const LinearSaved &s, const LinearBackwardArgs &a) {
   const LinearOptions &o = s.layer->opts;
+  const int64_t tokens = s.proj.tokens;
   const Device &dev = ctx.device();
   check_dtype(a.dy, "dy", o.activation_dtype);
   check_device(a.dy, "dy", dev);
-  check_matrix(a.dy, "dy", s.tokens, o.out_features);
+  check_matrix(a.dy, "dy", tokens, o.out_features);
   if (a.dx.data) {
     check_dtype(a.dx, "dx", o.activation_dtype);
     check_device(a.dx, "dx", dev);
-    check_matrix(a.dx, "dx", s.tokens, o.in_features);
+    check_matrix(a.dx, "dx", tokens, o.in_features);
   }
   if (a.dw.data) {
     check_dtype(a.dw, "dw", o.fuse_wgrad_accumulation ? DType::F32 : o.activation_dtype);
@@ -32,17 +33,6 @@ void validate_backward(const Context &ctx, const LinearSaved &s, const LinearBac
   }
 }
 
-GemmArgs gemm_tn(const TensorView &a, const TensorView &b, const TensorView &d, bool accumulate, bool split) {
-  GemmArgs g;
-  g.a = a;
-  g.b = b;
-  g.transb = true;
-  g.d = d;
-  g.accumulate = accumulate;
-  g.split_accumulator = split;
-  return g;
-}
-
 }  // namespace
 
 void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardArgs &args) {
@@ -52,74 +42,25 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
   validate_backward(ctx, s, args);
   LinearCore &L = *s.layer;
   const LinearOptions &o = L.opts;
-  Backend &be = ctx.backend();
-  const TensorView dy = make_view(args.dy.data, args.dy.dtype, args.dy.device, s.tokens, o.out_features);
-  const TensorView dx = make_view(args.dx.data, args.dx.dtype, args.dx.device, s.tokens, o.in_features);
-  const bool want_dx = args.dx.data != nullptr, want_dw = args.dw.data != nullptr;
+  const ProjectionDims dims{s.proj.tokens, o.in_features, o.out_features};
+  ProjectionGrads g;
+  g.dx = make_view(args.dx.data, args.dx.dtype, args.dx.device, dims.tokens, o.in_features);
+  g.dw = args.dw;
+  g.db = args.db;
+  const TensorView dy = make_view(args.dy.data, args.dy.dtype, args.dy.device, dims.tokens, o.out_features);
 
   // As in the forward: allocate, stage and reserve everything first, so that running out of
-  // memory changes nothing (not even an output), then compute. main_grad is accumulated into
-  // last of all.
+  // memory changes nothing (not even an output), then compute.
   ScratchPlan plan;
-  if (args.db.data) be.plan_bias_grad(dy, &plan);
-  if (!s.fp8) {
-    GemmArgs dgrad;  // dx = dy W
-    dgrad.a = dy;
-    dgrad.b = s.w_hp;
-    dgrad.d = dx;
-    GemmArgs wgrad;  // dW = dy^T x
-    wgrad.a = dy;
-    wgrad.transa = true;
-    wgrad.b = s.x_hp;
-    wgrad.d = args.dw;
-    wgrad.accumulate = o.fuse_wgrad_accumulation;
-    if (want_dx) be.plan_gemm(dgrad, &plan);
-    if (want_dw) be.plan_gemm(wgrad, &plan);
-    be.reserve(plan);
-    if (want_dx) be.gemm(dgrad);
-    if (args.db.data) be.bias_grad(dy, args.db);
-    if (want_dw) be.gemm(wgrad);
-  } else {
-    const Recipe &recipe = *s.recipe;
-    const RecipeOptions &ro = recipe.options();
-    const DType f8 = recipe.backward_dtype();
-    const bool delayed = recipe.kind() == RecipeKind::Delayed;
-    QuantizedMatrix dyq;
-    dyq.allocate(be, scaling_mode_for(recipe, TensorKind::Gradient), f8, s.tokens, o.out_features, want_dx, want_dw);
-    Buffer grad_scale;
-    if (delayed && !bwd.grad_scale_taken) grad_scale = Buffer(&be, sizeof(float));
-    ScalingState::Staged staged = L.grad_output.stage(be, ctx.amax_slots(), recipe, f8);
-    QuantizeRequest req;
-    req.recipe = &recipe;
-    req.group = s.group.get();
-    const GemmArgs dgrad = gemm_tn(dyq.row, s.w->q.col, dx, false, ro.dgrad_split_accumulator);
-    const GemmArgs wgrad = gemm_tn(dyq.col, s.x.col, args.dw, o.fuse_wgrad_accumulation, ro.wgrad_split_accumulator);
-    if (want_dx || want_dw) plan_quantize(be, req, dy, dyq, &plan);
-    if (want_dx) be.plan_gemm(dgrad, &plan);
-    if (want_dw) be.plan_gemm(wgrad, &plan);
-    be.reserve(plan);
-    if (delayed && (want_dx || want_dw)) ctx.autocast().reserve_backward(s.ticket.pass, 1);
-
-    L.grad_output.commit(be, std::move(staged));
-    if (delayed && !bwd.grad_scale_taken) bwd.grad_scale = std::move(grad_scale);
-    // A repeated backward must give identical gradients, so dy is always quantized with the scale
-    // the first call used, even after the pass's backward update has moved the state's scale.
-    if (delayed && !bwd.grad_scale_taken) {
-      be.copy(bwd.grad_scale.get(), L.grad_output.scale(), sizeof(float));
-      bwd.grad_scale_taken = true;
-    }
-    req.state = &L.grad_output;
-    req.scale = delayed ? bwd.grad_scale.floats() : nullptr;
-    if (want_dx || want_dw) quantize(be, req, dy, dyq);
-    if (want_dx) be.gemm(dgrad);
-    if (args.db.data) be.bias_grad(dy, args.db);
-    if (want_dw) be.gemm(wgrad);
-  }
-
-  if (s.fp8 && s.recipe->kind() == RecipeKind::Delayed && (want_dx || want_dw)) {
-    Autocast &ac = ctx.autocast();
-    ac.register_backward(s.ticket.pass, s.recipe.get(), s.group.get(), &L.grad_output);
-    if (s.ticket.first) ac.finish_backward_pass(s.ticket.pass);
+  ProjectionBackward step(ctx, L.proj, s.proj, s.recipe.get(), s.group.get(), dims, dy, g, o.fuse_wgrad_accumulation,
+                          &plan);
+  ctx.backend().reserve(plan);
+  if (step.states_to_register()) ctx.autocast().reserve_backward(s.ticket.pass, step.states_to_register());
+  step.commit();
+  step.run();
+  if (step.states_to_register()) {
+    step.register_state(s.ticket.pass);
+    if (s.ticket.first) ctx.autocast().finish_backward_pass(s.ticket.pass);
   }
   if (args.once) bwd.saved.reset();
 }

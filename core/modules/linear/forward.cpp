@@ -5,12 +5,6 @@
 
 namespace te {
 
-LinearCore::~LinearCore() {
-  ctx.autocast().forget(&input);
-  ctx.autocast().forget(&weight);
-  ctx.autocast().forget(&grad_output);
-}
-
 Linear::Linear(Context &ctx, const LinearOptions &o)
     : Handle(HandleKind::Linear), core_(std::make_shared<LinearCore>(ctx, o)) {}
 
@@ -47,21 +41,6 @@ void validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardA
          "out_features=%lld, got %d dims with last dimension %lld", (long long)o.out_features, y.ndim, (long long)y.cols());
 }
 
-GemmArgs fprop_gemm(const TensorView &x, const TensorView &w, const TensorView &bias, const TensorView &y2d,
-                    bool split) {
-  GemmArgs g;
-  g.a = x;
-  g.b = w;
-  g.transb = true;  // y = x W^T
-  g.d = y2d;
-  if (bias.data) {
-    g.epilogue = Epilogue::Bias;
-    g.bias = bias;
-  }
-  g.split_accumulator = split;
-  return g;
-}
-
 }  // namespace
 
 void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
@@ -71,107 +50,37 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   validate_forward(ctx, o, args, y);
   Backend &be = ctx.backend();
   Autocast &ac = ctx.autocast();
-  const AutocastScope *scope = ac.innermost();
-  const bool fp8 = scope && scope->enabled;
-  const bool calibrating = scope && !scope->enabled && scope->calibrating;
-  const Recipe *recipe = scope ? scope->recipe : nullptr;
-  const int64_t tokens = args.input.rows();
-  if (fp8) {
+  const ForwardMode mode = ForwardMode::of(ac);
+  const ProjectionDims dims{args.input.rows(), o.in_features, o.out_features};
+  if (mode.fp8) {
     // Name the culprit: the tokens come from the input, the features from the layer.
-    const char *culprit = tokens % 16 ? "argument 'args->input'" : "argument 'lin'";
-    check_fp8_dims(culprit, tokens, o.out_features, o.in_features);
+    const char *culprit = dims.tokens % 16 ? "argument 'args->input'" : "argument 'lin'";
+    check_fp8_dims(culprit, dims.tokens, o.out_features, o.in_features);
   }
-
-  TensorView x2d = make_view(args.input.data, args.input.dtype, args.input.device, tokens, o.in_features);
-  TensorView y2d = make_view(y.data, y.dtype, y.device, tokens, o.out_features);
+  const TensorView x2d = make_view(args.input.data, args.input.dtype, args.input.device, dims.tokens, o.in_features);
+  const TensorView y2d = make_view(y.data, y.dtype, y.device, dims.tokens, o.out_features);
 
   // Everything that can fail for lack of memory happens before any state changes: objects and
   // buffers are allocated, scaling states staged, the kernels' scratch and the autocast buckets'
   // room reserved; only then are states committed and the kernels run.
   SavedPtr saved = linear_pool(ctx).acquire_saved(ctx);
-  saved->layer = lin.core();
-  saved->tokens = tokens;
-  saved->fp8 = fp8;
   ScratchPlan plan;
-  if (!fp8) {
-    saved->x_hp = x2d;
-    saved->w_hp = args.weight;
-    const GemmArgs fprop = fprop_gemm(x2d, args.weight, args.bias, y2d, false);
-    be.plan_gemm(fprop, &plan);
-    if (calibrating && recipe->kind() == RecipeKind::Delayed) {
-      ScalingState::Staged in = L.input.stage(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
-      ScalingState::Staged w = L.weight.stage(be, ctx.amax_slots(), *recipe, recipe->forward_dtype());
-      be.reserve(plan);
-      ac.reserve_forward(2);
-      L.input.commit(be, std::move(in));
-      L.weight.commit(be, std::move(w));
-      be.amax(x2d, L.input.amax(), true);
-      be.amax(args.weight, L.weight.amax(), true);
-      ac.register_forward(&L.input);
-      ac.register_forward(&L.weight);
-    } else {
-      be.reserve(plan);
-    }
-    be.gemm(fprop);
-    if (input_t) *input_t = saved->x_hp;
-    if (weight_t) *weight_t = saved->w_hp;
-    saved_out = std::move(saved);
-    return;
-  }
-
-  const DType f8 = recipe->forward_dtype();
-  QuantizedMatrix xq;
-  xq.allocate(be, scaling_mode_for(*recipe, TensorKind::Activation), f8, tokens, o.in_features, true, true);
-  const bool reuse = args.weight_unchanged && L.weight_cache && L.weight_cache->recipe_key == recipe->key();
-  // Residuals of earlier forwards may still hold the cached weight: then refresh into a new one.
-  const bool cache_shared = L.weight_cache.use_count() > 1;
-  std::shared_ptr<WeightCache> wc = L.weight_cache;
-  if (!reuse) {
-    if (!wc || cache_shared || wc->recipe_key != recipe->key()) {
-      wc = std::make_shared<WeightCache>();
-      wc->q.allocate(be, scaling_mode_for(*recipe, TensorKind::Weight), f8, o.out_features, o.in_features, true, true);
-    }
-  }
-  ScalingState::Staged in = L.input.stage(be, ctx.amax_slots(), *recipe, f8);
-  ScalingState::Staged w = L.weight.stage(be, ctx.amax_slots(), *recipe, f8);
-  QuantizeRequest req;
-  req.recipe = recipe;
-  req.group = scope->group;
-  plan_quantize(be, req, x2d, xq, &plan);
-  if (!reuse) plan_quantize(be, req, args.weight, wc->q, &plan);
-  const GemmArgs fprop = fprop_gemm(xq.row, wc->q.row, args.bias, y2d, recipe->options().fprop_split_accumulator);
-  be.plan_gemm(fprop, &plan);
+  ProjectionForward step(ctx, L.proj, mode, dims, x2d, false, args.weight, args.bias, y2d, args.weight_unchanged,
+                         &plan);
   be.reserve(plan);
-  const bool delayed = recipe->kind() == RecipeKind::Delayed;
-  if (delayed) ac.reserve_forward(2);
-
-  L.input.commit(be, std::move(in));
-  L.weight.commit(be, std::move(w));
-  req.state = &L.input;
-  quantize(be, req, x2d, xq);
-  if (!reuse) {
-    req.state = &L.weight;
-    quantize(be, req, args.weight, wc->q);
-    wc->recipe_key = recipe->key();
-    L.weight_cache = wc;
+  ac.reserve_forward(step.states_to_register());
+  step.commit();
+  if (mode.fp8) saved->ticket = ac.enter_module();
+  step.run();
+  step.save(&saved->proj);
+  saved->layer = lin.core();
+  if (mode.fp8) {
+    saved->recipe = RecipeRef(mode.recipe);
+    saved->group = GroupRef(mode.group);
   }
-  be.gemm(fprop);
-
-  if (delayed) {
-    ac.register_forward(&L.input);
-    ac.register_forward(&L.weight);
-  }
-  saved->ticket = ac.enter_module();
-  saved->recipe = RecipeRef(recipe);
-  saved->group = GroupRef(scope->group);
-  // The row-wise x served only the fprop GEMM; backward needs x^T alone (whose per-tensor
-  // scale_inv may live in the row-wise scale_inv buffer, which therefore stays).
-  xq.data.reset();
-  xq.row = TensorView();
-  saved->x = std::move(xq);
-  saved->w = wc;
-  if (input_t) *input_t = saved->x.col;
-  if (weight_t) *weight_t = saved->w->q.col;
+  const ProjectionSaved &p = saved->proj;
+  if (input_t) *input_t = p.fp8 ? p.x.col : p.x_hp;
+  if (weight_t) *weight_t = p.fp8 ? p.w->q.col : p.w_hp;
   saved_out = std::move(saved);
 }
 

@@ -9,7 +9,8 @@
 
 #include "context/context.h"
 #include "base/handle.h"
-#include "scaling/quantize.h"
+#include "modules/common/object_pool.h"
+#include "modules/projection/projection.h"
 
 namespace te {
 
@@ -21,26 +22,17 @@ struct LinearOptions {
   bool fuse_wgrad_accumulation = false;
 };
 
-enum class TensorRole : int { Input = 0, Weight = 1, GradOutput = 2 };
-
-// The FP8 weight and its transpose as one forward quantized them. Shared with the residuals of
-// every forward that used it; a refresh while it is shared makes a new one (copy on write).
-struct WeightCache {
-  QuantizedMatrix q;
-  uint64_t recipe_key = 0;
-};
-
 // Everything of a layer that outlives one call. Backward contexts share it, so destroying the
 // layer's handle while a backward is pending is safe.
 struct LinearCore {
   LinearCore(Context &ctx, const LinearOptions &o) : ctx_ref(&ctx), ctx(ctx), opts(o) {}
-  ~LinearCore();
+  ~LinearCore() { proj.forget(ctx.autocast()); }
   ContextRef ctx_ref;  // first member, so released last: the states below free into ctx
   Context &ctx;
   LinearOptions opts;
-  ScalingState input, weight, grad_output;
-  std::shared_ptr<WeightCache> weight_cache;
-  ScalingState &state(TensorRole r) { return r == TensorRole::Input ? input : r == TensorRole::Weight ? weight : grad_output; }
+  ProjectionState proj;
+  ScalingState &state(TensorRole r) { return proj.state(r); }
+  const ScalingState &state(TensorRole r) const { return proj.state(r); }
 };
 
 class Linear : public Handle {
@@ -70,14 +62,11 @@ struct LinearSaved : Handle {
   LinearObjectPool *pool = nullptr;
   ContextRef ctx;  // while handed out: the pool lives in the context
   std::shared_ptr<LinearCore> layer;
-  bool fp8 = false;
   RecipeRef recipe;
   GroupRef group;
   PassTicket ticket;
-  QuantizedMatrix x;                    // FP8: x^T in x.col
-  std::shared_ptr<WeightCache> w;       // FP8: W^T in w->q.col
-  TensorView x_hp, w_hp;                // high precision: the caller's x and W, referenced
-  int64_t tokens = 0;
+  ProjectionSaved proj;
+  void clear();
 };
 
 // Returns a LinearSaved to its pool.
@@ -93,32 +82,26 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
 class LinearBackwardCtx : public Handle {
  public:
   LinearBackwardCtx() : Handle(HandleKind::BackwardCtx) {}
-  ContextRef ctx;         // while handed out: the pool lives in the context
-  SavedPtr saved;         // null once released (TE_BACKWARD_ONCE)
-  Buffer grad_scale;      // delayed scaling: the dy scale of the first backward
-  bool grad_scale_taken = false;
+  ContextRef ctx;  // while handed out: the pool lives in the context
+  SavedPtr saved;  // null once released (TE_BACKWARD_ONCE)
+  void clear() { saved.reset(); }
 };
 
-// Per-context free lists of residual and backward-context objects. The lists grow only when
-// more objects are alive at once than ever before.
+// The context's pools of residuals and backward contexts.
 class LinearObjectPool : public ModuleState {
  public:
-  ~LinearObjectPool();
   SavedPtr acquire_saved(Context &ctx);
-  // Objects handed out hold a reference to `ctx` and carry a fresh handle; released ones are
-  // retired (every earlier handle to them is dead) and kept for reuse.
-  LinearBackwardCtx *acquire_backward_ctx(Context &ctx);  // with no residuals yet
-  void release(LinearSaved *s);
-  void release(LinearBackwardCtx *b);
+  LinearBackwardCtx *acquire_backward_ctx(Context &ctx) { return backward_.acquire(ctx); }
+  void release(LinearSaved *s) { saved_.release(s); }
+  void release(LinearBackwardCtx *b) { backward_.release(b); }
 
  private:
-  std::vector<LinearSaved *> saved_;
-  std::vector<LinearBackwardCtx *> backward_;
+  ObjectPool<LinearSaved> saved_;  // before backward_: a backward context returns its residuals here
+  ObjectPool<LinearBackwardCtx> backward_;
 };
 
 // The context's pool, made on first use (which may throw OutOfMemory, before anything changed).
 LinearObjectPool &linear_pool(Context &ctx);
-
 
 struct LinearBackwardArgs {
   TensorView dy, dx, dw, db;  // data == nullptr: not requested

@@ -1,0 +1,89 @@
+#include "modules/projection/projection.h"
+
+namespace te {
+
+namespace {
+
+GemmArgs gemm_tn(const TensorView &a, const TensorView &b, const TensorView &d, bool accumulate, bool split) {
+  GemmArgs g;
+  g.a = a;
+  g.b = b;
+  g.transb = true;
+  g.d = d;
+  g.accumulate = accumulate;
+  g.split_accumulator = split;
+  return g;
+}
+
+}  // namespace
+
+ProjectionBackward::ProjectionBackward(Context &ctx, ProjectionState &st, ProjectionSaved &saved,
+                                       const Recipe *recipe, const Group *group, const ProjectionDims &dims,
+                                       const TensorView &dy, const ProjectionGrads &g, bool accumulate_dw,
+                                       ScratchPlan *plan)
+    : ctx_(ctx), st_(st), saved_(saved), recipe_(recipe), group_(group), dy_(dy), g_(g) {
+  Backend &be = ctx.backend();
+  const bool want_dx = g.dx.data != nullptr, want_dw = g.dw.data != nullptr;
+  if (g.db.data) be.plan_bias_grad(dy, plan);
+  if (!saved.fp8) {
+    dgrad_.a = dy;  // dx = dy W
+    dgrad_.b = saved.w_hp;
+    dgrad_.d = g.dx;
+    wgrad_.a = dy;  // dW = dy^T x
+    wgrad_.transa = true;
+    wgrad_.b = saved.x_hp;
+    wgrad_.d = g.dw;
+    wgrad_.accumulate = accumulate_dw;
+    if (want_dx) be.plan_gemm(dgrad_, plan);
+    if (want_dw) be.plan_gemm(wgrad_, plan);
+    return;
+  }
+  const RecipeOptions &ro = recipe->options();
+  const DType f8 = recipe->backward_dtype();
+  delayed_ = recipe->kind() == RecipeKind::Delayed;
+  registers_ = delayed_ && (want_dx || want_dw);
+  dyq_.allocate(be, scaling_mode_for(*recipe, TensorKind::Gradient), f8, dims.tokens, dims.out, want_dx, want_dw);
+  if (delayed_ && !saved.grad_scale_taken) grad_scale_ = Buffer(&be, sizeof(float));
+  staged_ = st.grad_output.stage(be, ctx.amax_slots(), *recipe, f8);
+  dgrad_ = gemm_tn(dyq_.row, saved.w->q.col, g.dx, false, ro.dgrad_split_accumulator);
+  wgrad_ = gemm_tn(dyq_.col, saved.x.col, g.dw, accumulate_dw, ro.wgrad_split_accumulator);
+  QuantizeRequest req;
+  req.recipe = recipe;
+  req.group = group;
+  if (want_dx || want_dw) plan_quantize(be, req, dy, dyq_, plan);
+  if (want_dx) be.plan_gemm(dgrad_, plan);
+  if (want_dw) be.plan_gemm(wgrad_, plan);
+}
+
+void ProjectionBackward::commit() {
+  if (!saved_.fp8) return;
+  Backend &be = ctx_.backend();
+  st_.grad_output.commit(be, std::move(staged_));
+  if (delayed_ && !saved_.grad_scale_taken) {
+    saved_.grad_scale = std::move(grad_scale_);
+    be.copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));
+    saved_.grad_scale_taken = true;
+  }
+}
+
+void ProjectionBackward::run() {
+  Backend &be = ctx_.backend();
+  const bool want_dx = g_.dx.data != nullptr, want_dw = g_.dw.data != nullptr;
+  if (saved_.fp8 && (want_dx || want_dw)) {
+    QuantizeRequest req;
+    req.recipe = recipe_;
+    req.group = group_;
+    req.state = &st_.grad_output;
+    req.scale = delayed_ ? saved_.grad_scale.floats() : nullptr;
+    quantize(be, req, dy_, dyq_);
+  }
+  if (want_dx) be.gemm(dgrad_);
+  if (g_.db.data) be.bias_grad(dy_, g_.db);
+  if (want_dw) be.gemm(wgrad_);
+}
+
+void ProjectionBackward::register_state(uint64_t pass) {
+  if (registers_) ctx_.autocast().register_backward(pass, recipe_, group_, &st_.grad_output);
+}
+
+}  // namespace te

@@ -1,0 +1,138 @@
+// A projection is one y = x W^T (+ b) inside a module: the GEMM every FP8 module is built from.
+// Linear is one projection; LayerNormLinear is a norm feeding one; LayerNormMLP is two around an
+// activation; GroupedLinear is one per expert. A projection owns the three scaling states of its
+// GEMMs (input, weight, grad_output) and its FP8 weight cache; its forward and backward steps
+// are split in phases so that a module running several of them keeps the strong guarantee:
+//   1. construct the step: it allocates, stages its scaling states and adds its scratch to the
+//      module's ScratchPlan (nothing changes; may throw);
+//   2. the module reserves the plan and the autocast buckets' room (may throw);
+//   3. commit() and run(): they change state and enqueue kernels, and cannot fail for lack of
+//      memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "context/context.h"
+#include "scaling/quantize.h"
+
+namespace te {
+
+enum class TensorRole : int { Input = 0, Weight = 1, GradOutput = 2 };
+
+// The FP8 weight and its transpose as one forward quantized them. Shared with the residuals of
+// every forward that used it; a refresh while it is shared makes a new one (copy on write).
+struct WeightCache {
+  QuantizedMatrix q;
+  uint64_t recipe_key = 0;
+};
+
+// What a projection keeps between calls; lives in its module's core.
+struct ProjectionState {
+  ScalingState input, weight, grad_output;
+  std::shared_ptr<WeightCache> weight_cache;
+  ScalingState &state(TensorRole r) { return r == TensorRole::Input ? input : r == TensorRole::Weight ? weight : grad_output; }
+  const ScalingState &state(TensorRole r) const {
+    return r == TensorRole::Input ? input : r == TensorRole::Weight ? weight : grad_output;
+  }
+  // Takes the states out of every autocast bucket (the module is going away).
+  void forget(Autocast &ac);
+};
+
+// How a module's forward runs, decided once per call from the innermost autocast scope.
+struct ForwardMode {
+  bool fp8 = false;
+  bool calibrating = false;  // high precision, amaxes recorded (delayed recipes)
+  const Recipe *recipe = nullptr;
+  const Group *group = nullptr;
+  static ForwardMode of(const Autocast &ac);
+  bool delayed() const { return recipe && recipe->kind() == RecipeKind::Delayed; }
+};
+
+// What one projection forward leaves for its backward.
+struct ProjectionSaved {
+  bool fp8 = false;
+  QuantizedMatrix x;               // FP8: x^T in x.col
+  std::shared_ptr<WeightCache> w;  // FP8: W^T in w->q.col
+  TensorView x_hp, w_hp;           // high precision: x and W, referenced
+  int64_t tokens = 0;
+  // Delayed scaling: the dy scale of the first backward, so that a repeated backward quantizes
+  // dy identically after the pass's update has moved the state's scale.
+  Buffer grad_scale;
+  bool grad_scale_taken = false;
+  void clear();
+};
+
+struct ProjectionDims {
+  int64_t tokens = 0, in = 0, out = 0;
+};
+
+// One forward: y[tokens, out] = x[tokens, in] W^T (+ bias).
+class ProjectionForward {
+ public:
+  // x: the high-precision input. In FP8 mode with `external_input`, x may be empty: the module
+  // writes the FP8 input itself between commit() and run() (a norm fused with the cast), into
+  // input() with input_state()'s scale and amax. `padded_tokens` >= dims.tokens rows of the FP8
+  // input are allocated (GroupedLinear pads each expert's tokens to 16; the pad rows must be
+  // written as zeros by the quantization).
+  ProjectionForward(Context &ctx, ProjectionState &st, const ForwardMode &mode, const ProjectionDims &dims,
+                    const TensorView &x, bool external_input, const TensorView &w, const TensorView &bias,
+                    const TensorView &y, bool weight_unchanged, ScratchPlan *plan);
+  // Scaling states the step registers into the forward bucket (reserve_forward's n).
+  int states_to_register() const { return mode_.delayed() && (mode_.fp8 || mode_.calibrating) ? 2 : 0; }
+  void commit();
+  QuantizedMatrix &input() { return xq_; }
+  ScalingState &input_state() { return st_.input; }
+  // Quantizes what it must, runs the GEMM, registers the states (the module has entered the
+  // pass with Autocast::enter_module).
+  void run();
+  // Moves the residuals into *out.
+  void save(ProjectionSaved *out);
+
+ private:
+  Context &ctx_;
+  ProjectionState &st_;
+  ForwardMode mode_;
+  ProjectionDims dims_;
+  TensorView x_, w_, bias_, y_;
+  bool external_;
+  bool reuse_weight_ = false;
+  QuantizedMatrix xq_;
+  std::shared_ptr<WeightCache> wc_;
+  ScalingState::Staged staged_in_, staged_w_;
+  GemmArgs fprop_;
+};
+
+struct ProjectionGrads {
+  TensorView dx, dw, db;  // data == nullptr: not requested; dx [tokens, in], dw [out, in], db [out]
+};
+
+// One backward from dy [tokens, out].
+class ProjectionBackward {
+ public:
+  ProjectionBackward(Context &ctx, ProjectionState &st, ProjectionSaved &saved, const Recipe *recipe,
+                     const Group *group, const ProjectionDims &dims, const TensorView &dy, const ProjectionGrads &g,
+                     bool accumulate_dw, ScratchPlan *plan);
+  // Backward-bucket states this step registers (reserve_backward's n).
+  int states_to_register() const { return registers_ ? 1 : 0; }
+  void commit();
+  void run();
+  // Puts grad_output into the backward bucket of `pass` (after run).
+  void register_state(uint64_t pass);
+
+ private:
+  Context &ctx_;
+  ProjectionState &st_;
+  ProjectionSaved &saved_;
+  const Recipe *recipe_;
+  const Group *group_;
+  TensorView dy_;
+  ProjectionGrads g_;
+  bool registers_ = false, delayed_ = false;
+  QuantizedMatrix dyq_;
+  Buffer grad_scale_;
+  ScalingState::Staged staged_;
+  GemmArgs dgrad_, wgrad_;
+};
+
+}  // namespace te
