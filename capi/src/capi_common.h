@@ -77,6 +77,11 @@ inline LinearBackwardCtx *to_backward_ctx(const te_linear_backward_ctx *h, const
   return from_handle<LinearBackwardCtx>(h, HandleKind::BackwardCtx, name);
 }
 
+// The residuals object named by a residuals struct's `internal` (a handle of `kind`): a struct
+// whose residuals were saved or released — or a by-value copy of one — names nothing any more.
+// `struct_type` and `producer` name the C struct and the function that fills it, for messages.
+Handle *residuals_of(void *internal, HandleKind kind, const char *name, const char *struct_type, const char *producer);
+
 // A validated view of a caller's tensor: non-NULL data, 1..TE_MAX_DIMS positive dims, known
 // dtype/device/scaling, a scale_inv pointer for FP8.
 TensorView to_view(const te_tensor *t, const char *name);

@@ -26,6 +26,15 @@ const char *handle_kind_name(HandleKind k) {
     case HandleKind::Linear: return "te_linear";
     case HandleKind::BackwardCtx: return "te_linear_backward_ctx";
     case HandleKind::Residuals: return "te_linear_residuals";
+    case HandleKind::LayerNormLinear: return "te_layernorm_linear";
+    case HandleKind::LayerNormLinearBackwardCtx: return "te_layernorm_linear_backward_ctx";
+    case HandleKind::LayerNormLinearResiduals: return "te_layernorm_linear_residuals";
+    case HandleKind::LayerNormMlp: return "te_layernorm_mlp";
+    case HandleKind::LayerNormMlpBackwardCtx: return "te_layernorm_mlp_backward_ctx";
+    case HandleKind::LayerNormMlpResiduals: return "te_layernorm_mlp_residuals";
+    case HandleKind::GroupedLinear: return "te_grouped_linear";
+    case HandleKind::GroupedLinearBackwardCtx: return "te_grouped_linear_backward_ctx";
+    case HandleKind::GroupedLinearResiduals: return "te_grouped_linear_residuals";
     case HandleKind::Dead: return "destroyed handle";
   }
   return "handle of unknown type";
@@ -46,6 +55,18 @@ void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const cha
       fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got a value that is not a libte handle",
            name, want);
   }
+}
+
+Handle *residuals_of(void *internal, HandleKind kind, const char *name, const char *struct_type, const char *producer) {
+  if (!internal) fail(Status::InvalidArgument, "argument '%s': holds no residuals (already saved or released)", name);
+  HandleFault fault;
+  HandleKind actual;
+  Handle *h = resolve_handle(internal, kind, &fault, &actual);
+  if (!h && fault == HandleFault::Destroyed)
+    fail(Status::InvalidArgument, "argument '%s': its residuals were already saved or released (a copy of a "
+         "%s struct does not own them)", name, struct_type);
+  if (!h) fail(Status::InvalidArgument, "argument '%s': 'internal' was not filled by %s", name, producer);
+  return h;
 }
 
 void check_struct(const void *p, size_t struct_size, size_t expected, const char *name) {

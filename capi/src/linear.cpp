@@ -42,15 +42,8 @@ void check_same_context(const Context *c, const Linear *lin) {
 // released — or a by-value copy of one — names nothing any more.
 LinearSaved *saved_of(te_linear_residuals *r, const char *name) {
   check_options(r, name);
-  if (!r->internal) fail(Status::InvalidArgument, "argument '%s': holds no residuals (already saved or released)", name);
-  HandleFault fault;
-  HandleKind actual;
-  auto *s = static_cast<LinearSaved *>(resolve_handle(r->internal, HandleKind::Residuals, &fault, &actual));
-  if (!s && fault == HandleFault::Destroyed)
-    fail(Status::InvalidArgument, "argument '%s': its residuals were already saved or released (a copy of a "
-         "te_linear_residuals struct does not own them)", name);
-  if (!s) fail(Status::InvalidArgument, "argument '%s': 'internal' was not filled by te_linear_forward_compute", name);
-  return s;
+  return static_cast<LinearSaved *>(
+      residuals_of(r->internal, HandleKind::Residuals, name, "te_linear_residuals", "te_linear_forward_compute"));
 }
 
 // The body of forward_compute; on success *residuals owns a new LinearSaved.

@@ -27,6 +27,15 @@ enum class HandleKind : uint8_t {
   Linear = 4,
   BackwardCtx = 5,
   Residuals = 6,  // te_linear_residuals::internal
+  LayerNormLinear = 7,
+  LayerNormLinearBackwardCtx = 8,
+  LayerNormLinearResiduals = 9,
+  LayerNormMlp = 10,
+  LayerNormMlpBackwardCtx = 11,
+  LayerNormMlpResiduals = 12,
+  GroupedLinear = 13,
+  GroupedLinearBackwardCtx = 14,
+  GroupedLinearResiduals = 15,
 };
 
 // Why a value did not resolve.
