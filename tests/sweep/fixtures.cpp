@@ -144,6 +144,7 @@ const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
       {"te_gemm_options.transb", {true, "op(B) = B^T"}},
       {"te_gemm_options.accumulate", {true, "the result includes the old D"}},
       {"te_gemm_options.use_split_accumulator", {true, "FP8: promote partial sums"}},
+      {"te_norm_options.zero_centered_gamma", {true, "default 0; 1: the scale applied is (1 + gamma)"}},
   };
   return m;
 }
@@ -1011,6 +1012,215 @@ const std::vector<Fixture> &fixtures() {
                              a.opts = &o;
                            },
                            invalid("opts->bias")));
+
+    // ---- normalization --------------------------------------------------------------------
+    t.push_back(Def<args::te_norm_options_init>([](World &w, args::te_norm_options_init &a) {
+      a.opts = &w.keep(te_norm_options{});
+    }));
+    t.push_back(Def<args::te_norm_forward_args_init>([](World &w, args::te_norm_forward_args_init &a) {
+      a.args = &w.keep(te_norm_forward_args{});
+    }));
+    {
+      // The valid forward: LayerNorm of x [16, 32] into an FP8 output, its transpose, mu, rsigma,
+      // with a given scale and an amax.
+      using F = args::te_norm_forward;
+      auto opts_with = [](std::function<void(te_norm_options &)> m) {
+        return [m](World &w, F &a) {
+          te_norm_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      auto args_with = [](std::function<void(World &, te_norm_forward_args &)> m) {
+        return [m](World &w, F &a) {
+          te_norm_forward_args &c = w.keep(*a.args);
+          m(w, c);
+          a.args = &c;
+        };
+      };
+      auto quantize_with = [](std::function<void(te_quantize_options &)> m) {
+        return [m](World &w, F &a) {
+          te_norm_forward_args &c = w.keep(*a.args);
+          te_quantize_options &q = w.keep(*c.quantize);
+          m(q);
+          c.quantize = &q;
+          a.args = &c;
+        };
+      };
+      auto rmsnorm = [](World &w, F &a) {
+        te_norm_options &o = w.keep(*a.opts);
+        o.kind = TE_NORM_RMSNORM;
+        a.opts = &o;
+        te_norm_forward_args &c = w.keep(*a.args);
+        c.bias = nullptr;
+        c.mu = nullptr;
+        a.args = &c;
+        return &c;
+      };
+      const char *eps_why = "eps: default 1e-5; finite and > 0";
+      t.push_back(
+          Def<F>([](World &w, F &a) {
+            a.ctx = w.ctx;
+            te_norm_options &o = w.keep(te_norm_options{});
+            w.ok(te_norm_options_init(&o), "te_norm_options_init");
+            a.opts = &o;
+            te_norm_forward_args &g = w.keep(te_norm_forward_args{});
+            w.ok(te_norm_forward_args_init(&g), "te_norm_forward_args_init");
+            g.input = input(w, TE_DTYPE_F32, {N, 32}, 40).get();
+            g.weight = input(w, TE_DTYPE_F32, {32}, 41).get();
+            g.bias = input(w, TE_DTYPE_F32, {32}, 42).get();
+            g.output = output(w, TE_DTYPE_E4M3, {N, 32}).get();
+            g.output_t = output(w, TE_DTYPE_E4M3, {32, N}).get();
+            g.mu = output(w, TE_DTYPE_F32, {N}).get();
+            g.rsigma = output(w, TE_DTYPE_F32, {N}).get();
+            te_quantize_options &q = quantize_opts(w);
+            g.quantize = &q;
+            w.watch(q.amax, sizeof(float), "args->quantize->amax");
+            a.args = &g;
+          })
+              .tensor("args->input", TE_DTYPE_F32, {N, 32})
+              .tensor("args->weight", TE_DTYPE_F32, {32})
+              .tensor("args->bias", TE_DTYPE_F32, {32})
+              .tensor("args->output", TE_DTYPE_E4M3, {N, 32})
+              .tensor("args->output_t", TE_DTYPE_E4M3, {32, N})
+              .tensor("args->mu", TE_DTYPE_F32, {N})
+              .tensor("args->rsigma", TE_DTYPE_F32, {N})
+              .wrong_dtype("args->input", TE_DTYPE_E4M3)
+              // Any dtype but E4M3 is a valid output on its own: E5M2 conflicts with output_t.
+              .wrong_dtype("args->output", TE_DTYPE_E5M2)
+              .expect("args->output:dtype_wrong",
+                      invalid("args->output|args->output_t"))  // "FP8 outputs of two dtypes": either may be blamed
+              .null_ok("opts", "opts may be NULL (defaults)")
+              .null_ok("args->output", "may be NULL when output_t is given")
+              .null_ok("args->output_t", "optional FP8 [hidden, rows]")
+              .null_ok("args->mu", "optional F32 [rows]: the means (LayerNorm only)")
+              .null_ok("args->rsigma", "optional F32 [rows]: 1 / sqrt(var + eps)")
+              .null_ok("args->quantize", "NULL (or quantize NULL): current scaling from y's own amax")
+              .extra("eps_0", opts_with([](te_norm_options &o) { o.eps = 0.0f; }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_neg1", opts_with([](te_norm_options &o) { o.eps = -1.0f; }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_nan", opts_with([](te_norm_options &o) { o.eps = std::nanf(""); }),
+                     reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_inf", opts_with([](te_norm_options &o) { o.eps = INFINITY; }),
+                     reject({IA}, eps_why, "opts->eps"))
+              .extra("rmsnorm_with_beta",
+                     [rmsnorm](World &w, F &a) { rmsnorm(w, a)->bias = input(w, TE_DTYPE_F32, {32}, 43).get(); },
+                     reject({IA}, "a beta given to RMSNorm", "args->bias"))
+              .extra("rmsnorm_with_mu",
+                     [rmsnorm](World &w, F &a) { rmsnorm(w, a)->mu = output(w, TE_DTYPE_F32, {N}).get(); },
+                     reject({IA}, "mu with RMSNorm", "args->mu"))
+              .extra("no_output_at_all", args_with([](World &, te_norm_forward_args &c) {
+                       c.output = nullptr;
+                       c.output_t = nullptr;
+                     }),
+                     reject({IA}, "no output at all", "args->output|args->output_t"))
+              .extra("output_block_1x128", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output = output(w, TE_DTYPE_E4M3, {N, 32}, TE_SCALING_BLOCK_1X128).get();
+                     }),
+                     reject({IA}, "block scaling", "args->output"))
+              .extra("output_t_block_128x128", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output_t = output(w, TE_DTYPE_E4M3, {32, N}, TE_SCALING_BLOCK_128X128).get();
+                     }),
+                     reject({IA}, "block scaling", "args->output_t"))
+              .extra("output_t_not_transposed", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output_t = output(w, TE_DTYPE_E4M3, {N, 32}).get();
+                     }),
+                     reject({IA}, "optional FP8 [hidden, rows]", "args->output_t"))
+              .extra("output_wrong_shape", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output = output(w, TE_DTYPE_E4M3, {32, N}).get();
+                     }),
+                     reject({IA}, "y [..., hidden] (or [rows, hidden])", "args->output"))
+              .extra("fp8_outputs_of_two_dtypes", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output_t = output(w, TE_DTYPE_E5M2, {32, N}).get();
+                     }),
+                     reject({IA}, "FP8 outputs of two dtypes", "args->output|args->output_t"))
+              .extra("scale_with_high_precision_output_only", args_with([](World &w, te_norm_forward_args &c) {
+                       c.output = output(w, TE_DTYPE_F32, {N, 32}).get();
+                       c.output_t = nullptr;
+                     }),
+                     reject({IA}, "a scale ... with a high-precision output only", "args->quantize->scale"))
+              .extra("weight_wrong_shape", args_with([](World &w, te_norm_forward_args &c) {
+                       c.weight = input(w, TE_DTYPE_F32, {33}, 44).get();
+                     }),
+                     reject({IA}, "gamma [hidden], x's dtype", "args->weight"))
+              .extra("mu_wrong_shape", args_with([](World &w, te_norm_forward_args &c) {
+                       c.mu = output(w, TE_DTYPE_F32, {N + 1}).get();
+                     }),
+                     reject({IA}, "optional F32 [rows]", "args->mu"))
+              .extra("quantize_struct_size_0", quantize_with([](te_quantize_options &q) { q.struct_size = 0; }),
+                     invalid("args->quantize"))
+              .extra("quantize_amax_epsilon_neg1", quantize_with([](te_quantize_options &q) { q.amax_epsilon = -1.0f; }),
+                     invalid("args->quantize->amax_epsilon"))
+              .extra("quantize_amax_epsilon_inf",
+                     quantize_with([](te_quantize_options &q) { q.amax_epsilon = INFINITY; }),
+                     invalid("args->quantize->amax_epsilon"))
+              .extra("quantize_power_of_2_scales_2",
+                     quantize_with([](te_quantize_options &q) { q.power_of_2_scales = 2; }),
+                     invalid("args->quantize->power_of_2_scales")));
+    }
+    {
+      // The valid backward: LayerNorm of x [16, 32], all three gradients.
+      using B = args::te_norm_backward;
+      auto rms = [](World &w, B &a) {
+        te_norm_options &o = w.keep(*a.opts);
+        o.kind = TE_NORM_RMSNORM;
+        a.opts = &o;
+        a.mu = nullptr;
+        a.dbeta = nullptr;
+      };
+      t.push_back(
+          Def<B>([](World &w, B &a) {
+            a.ctx = w.ctx;
+            te_norm_options &o = w.keep(te_norm_options{});
+            w.ok(te_norm_options_init(&o), "te_norm_options_init");
+            a.opts = &o;
+            a.dy = input(w, TE_DTYPE_F32, {N, 32}, 45).get();
+            a.x = input(w, TE_DTYPE_F32, {N, 32}, 46).get();
+            a.gamma = input(w, TE_DTYPE_F32, {32}, 47).get();
+            a.mu = input(w, TE_DTYPE_F32, {N}, 48).get();
+            a.rsigma = w.keep(random_tensor(TE_DTYPE_F32, {N}, 0.5f, 2.0f, 49)).get();
+            a.dx = output(w, TE_DTYPE_F32, {N, 32}).get();
+            a.dgamma = output(w, TE_DTYPE_F32, {32}).get();
+            a.dbeta = output(w, TE_DTYPE_F32, {32}).get();
+          })
+              .tensor("dy", TE_DTYPE_F32, {N, 32})
+              .tensor("x", TE_DTYPE_F32, {N, 32})
+              .tensor("gamma", TE_DTYPE_F32, {32})
+              .tensor("mu", TE_DTYPE_F32, {N})
+              .tensor("rsigma", TE_DTYPE_F32, {N})
+              .tensor("dx", TE_DTYPE_F32, {N, 32})
+              .tensor("dgamma", TE_DTYPE_F32, {32})
+              .tensor("dbeta", TE_DTYPE_F32, {32})
+              .wrong_dtype("x", TE_DTYPE_E4M3)
+              .null_ok("opts", "opts may be NULL (defaults)")
+              .null_ok("dx", "each output may be NULL")
+              .null_ok("dgamma", "each output may be NULL")
+              .null_ok("dbeta", "each output may be NULL")
+              .extra("eps_0",
+                     [](World &w, B &a) {
+                       te_norm_options &o = w.keep(*a.opts);
+                       o.eps = 0.0f;
+                       a.opts = &o;
+                     },
+                     reject({IA}, "eps: finite and > 0", "opts->eps"))
+              .extra("rmsnorm_with_mu",
+                     [rms](World &w, B &a) {
+                       rms(w, a);
+                       a.mu = input(w, TE_DTYPE_F32, {N}, 50).get();
+                     },
+                     reject({IA}, "mu: LayerNorm only, NULL for RMSNorm", "mu"))
+              .extra("rmsnorm_with_dbeta",
+                     [rms](World &w, B &a) {
+                       rms(w, a);
+                       a.dbeta = output(w, TE_DTYPE_F32, {32}).get();
+                     },
+                     reject({IA}, "dbeta [hidden] (LayerNorm only)", "dbeta"))
+              .extra("dy_wrong_shape", [](World &w, B &a) { a.dy = input(w, TE_DTYPE_F32, {N, 16}, 51).get(); },
+                     reject({IA}, "dy [..., hidden]", "dy"))
+              .extra("gamma_wrong_shape", [](World &w, B &a) { a.gamma = input(w, TE_DTYPE_F32, {16}, 52).get(); },
+                     reject({IA}, "gamma [hidden]", "gamma"))
+              .extra("dgamma_wrong_shape", [](World &w, B &a) { a.dgamma = output(w, TE_DTYPE_F32, {2, 16}).get(); },
+                     reject({IA}, "dgamma [hidden]", "dgamma")));
+    }
     return t;
   }();
   return table;

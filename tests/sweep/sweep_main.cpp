@@ -262,6 +262,12 @@ struct CaseBuilder {
       c.path = path;
       c.m = M::WrongType;
       c.other_type = other;
+      if (!World::knows_handle_type(other)) {
+        // Reported once, as handle_type_<type>__no_factory, rather than in every case.
+        c.type = Case::Skipped;
+        c.id = path + ":" + mutation_name(M::WrongType) + "_" + short_type(other);
+        c.message = std::string("the world has no ") + other + " yet (see handle_type_" + other + "__no_factory)";
+      }
       add(c);
     }
     for (M m : {M::Destroyed, M::Garbage, M::GarbageFreed}) {
@@ -420,6 +426,30 @@ std::vector<Case> build_cases() {
   std::vector<Case> out;
   for (const FunctionInfo &fi : header_functions()) {
     const Fixture *f = find_fixture(fi.name);
+    if (!exported_symbol(fi.name)) {
+      // Nothing to call: the function's cases would all be vacuous. Its fixture (or the lack of
+      // one) is still reported below, so neither gap hides the other.
+      Case c;
+      c.type = Case::Problem;
+      c.function = fi.name;
+      c.id = "not_exported";
+      c.test_name = gtest_safe(std::string(fi.name) + "__not_exported");
+      c.message = std::string(fi.name) + " is declared in te.h but libte.so does not export it";
+      out.push_back(c);
+      if (f) {
+        std::vector<std::string> errs = check_fixture(fi, *f);
+        for (size_t k = 0; k < errs.size(); ++k) {
+          Case e;
+          e.type = Case::Problem;
+          e.function = fi.name;
+          e.id = "fixture_problem_" + std::to_string(k);
+          e.test_name = gtest_safe(std::string(fi.name) + "__" + e.id);
+          e.message = std::string(fi.name) + ": " + errs[k];
+          out.push_back(e);
+        }
+        continue;
+      }
+    }
     if (!f) {
       Case c;
       c.type = Case::Problem;
@@ -1270,6 +1300,11 @@ INSTANTIATE_TEST_SUITE_P(Api, Sweep, ::testing::Range<size_t>(0, all_cases().siz
 TEST(SweepCoverage, EveryHeaderFunctionHasAFixture) {
   for (const FunctionInfo &fi : header_functions())
     EXPECT_NE(find_fixture(fi.name), nullptr) << fi.name << " (te.h) has no sweep fixture in tests/sweep/fixtures.cpp";
+}
+
+TEST(SweepCoverage, EveryHeaderFunctionIsExported) {
+  for (const FunctionInfo &fi : header_functions())
+    EXPECT_NE(exported_symbol(fi.name), nullptr) << fi.name << " (te.h) is not exported by libte.so";
 }
 
 TEST(SweepCoverage, EveryFixtureIsConsistentWithTheHeader) {

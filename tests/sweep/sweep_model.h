@@ -84,6 +84,7 @@ struct CallResult {
   const void *pointer = nullptr;
   const char *text = nullptr;
   bool has_value = false, has_pointer = false, has_text = false;
+  bool not_exported = false;  // libte.so has no such symbol: nothing was called
 };
 
 struct FunctionInfo {
@@ -106,6 +107,8 @@ E enum_arg(const E *p) {
 }
 
 // Generated (sweep_api.cpp).
+// The symbol libte.so exports under `name` (looked up in the loaded library), or NULL.
+const void *exported_symbol(const char *name);
 Span<FunctionInfo> header_functions();
 Span<StructInfo> header_structs();
 Span<EnumInfo> header_enums();
