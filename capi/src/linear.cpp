@@ -1,6 +1,6 @@
 #include <memory>
 
-#include "capi_common.h"
+#include "module_common.h"
 
 using namespace te;
 using namespace te::capi;
@@ -8,19 +8,6 @@ using namespace te::capi;
 static_assert(TE_ROLE_GRAD_OUTPUT == static_cast<int>(TensorRole::GradOutput), "roles must match the core");
 
 namespace {
-
-te_tensor to_c_tensor(const TensorView &v) {
-  te_tensor t{};
-  t.data = v.data;
-  t.dtype = static_cast<te_dtype>(v.dtype);
-  t.ndim = v.ndim;
-  for (int i = 0; i < v.ndim; ++i) t.shape[i] = v.shape[i];
-  t.device.type = static_cast<te_device_type>(v.device.type);
-  t.device.index = v.device.index;
-  t.scale_inv = v.scale_inv;
-  t.scaling = static_cast<te_scaling_mode>(v.scaling);
-  return t;
-}
 
 LinearForwardArgs to_core(const te_linear_forward_args *a) {
   check_options(a, "args");
@@ -184,12 +171,7 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
     if (b->ctx.get() != c)
       fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
     LinearBackwardArgs a;
-    if (args) {
-      check_options(args, "args");
-      if (args->flags & ~TE_BACKWARD_ONCE)
-        fail(Status::InvalidArgument, "argument 'args->flags': unknown flags 0x%x", args->flags & ~TE_BACKWARD_ONCE);
-      a.once = args->flags & TE_BACKWARD_ONCE;
-    }
+    a.once = backward_once(args);
     a.dy = to_view(dy, "dy");
     a.dx = to_optional_view(dx, "dx");
     a.dw = to_optional_view(dw, "dw");
@@ -208,18 +190,7 @@ TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *l
     Context *c = to_context(ctx);
     Linear *l = to_linear(lin);
     check_same_context(c, l);
-    const int r = enum_int(role);
-    if (r < TE_ROLE_INPUT || r > TE_ROLE_GRAD_OUTPUT)
-      fail(Status::InvalidArgument, "argument 'role': expected a te_tensor_role value, got %d", r);
-    check_options(info, "info");
-    const ScalingState &st = l->core()->state(static_cast<TensorRole>(r));
-    float scale = 1.0f, scale_inv = 1.0f;
-    int cap = history_cap > 65536 ? 65536 : static_cast<int>(history_cap);
-    st.read(c->backend(), &scale, &scale_inv, history, history ? cap : 0);
-    info->scale = scale;
-    info->scale_inv = scale_inv;
-    info->amax_history_len = st.history_len();
-    info->fp8_dtype = static_cast<te_dtype>(st.fp8_dtype());
+    read_scaling_state(*c, l->core()->state(to_role(role)), info, history, history_cap);
   });
 }
 

@@ -153,6 +153,9 @@ class Backend {
                                    const TensorView * /*out_t*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_block_quantize(const TensorView & /*x*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_bias_grad(const TensorView & /*dy*/, ScratchPlan * /*plan*/) const {}
+  // What activation_forward (backward = false) or activation_backward of x takes from the cache.
+  virtual void plan_activation(Activation /*act*/, const TensorView & /*x*/, bool /*backward*/,
+                               ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_forward(const NormForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_backward(const NormBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   // Makes the cache hold every block of `plan` at once; afterwards the planned calls allocate

@@ -48,4 +48,12 @@ void CpuBackend::scale_update(const ScaleUpdateItem *items, int n, const float *
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+// The gated activations (cpu_activation.cpp) convert one row at a time through a float buffer:
+// [a | b] forward, [a | b | dy] backward.
+void CpuBackend::plan_activation(Activation act, const TensorView &x, bool backward, ScratchPlan *plan) const {
+  if (!is_gated(act)) return;
+  const int64_t half = x.cols() / 2;
+  plan->add(static_cast<size_t>((backward ? 3 : 2) * half) * sizeof(float));
+}
+
 }  // namespace te

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
                            ScratchPlan *plan) const override;
   void plan_block_quantize(const TensorView &x, ScratchPlan *plan) const override;
   void plan_bias_grad(const TensorView &dy, ScratchPlan *plan) const override;
+  void plan_activation(Activation act, const TensorView &x, bool backward, ScratchPlan *plan) const override;
   void plan_norm_forward(const NormForwardArgs &args, ScratchPlan *plan) const override;
   void plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const override;
   void reserve(const ScratchPlan &plan) override;

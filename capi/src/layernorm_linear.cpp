@@ -1,0 +1,229 @@
+#include "module_common.h"
+#include "modules/layernorm_linear/layernorm_linear.h"
+
+using namespace te;
+using namespace te::capi;
+
+namespace {
+
+LayerNormLinear *to_module(const te_layernorm_linear *h, const char *name = "m") {
+  return from_handle<LayerNormLinear>(h, HandleKind::LayerNormLinear, name);
+}
+
+void check_same_context(const Context *c, const LayerNormLinear *m) {
+  if (&m->core()->ctx != c) fail(Status::InvalidArgument, "argument 'm': created with another te_context than 'ctx'");
+}
+
+LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
+  check_options(a, "args");
+  check_bool(a->weight_unchanged, "args->weight_unchanged");
+  LayerNormLinearForwardArgs r;
+  r.input = to_view(a->input, "args->input");
+  r.ln_weight = to_view(a->ln_weight, "args->ln_weight");
+  r.ln_bias = to_optional_view(a->ln_bias, "args->ln_bias");
+  r.weight = to_view(a->weight, "args->weight");
+  r.bias = to_optional_view(a->bias, "args->bias");
+  r.ln_out = to_optional_view(a->ln_out, "args->ln_out");
+  r.weight_unchanged = a->weight_unchanged;
+  return r;
+}
+
+LayerNormLinearSaved *saved_of(te_layernorm_linear_residuals *r, const char *name) {
+  check_options(r, name);
+  return static_cast<LayerNormLinearSaved *>(residuals_of(r->internal, HandleKind::LayerNormLinearResiduals, name,
+                                                          "te_layernorm_linear_residuals",
+                                                          "te_layernorm_linear_forward_compute"));
+}
+
+LayerNormLinearSaved *forward_compute(te_context *ctx, te_layernorm_linear *m,
+                                      const te_layernorm_linear_forward_args *args, te_tensor *y) {
+  Context *c = to_context(ctx);
+  LayerNormLinear *l = to_module(m);
+  check_same_context(c, l);
+  LayerNormLinearForwardArgs a = to_core(args);
+  TensorView yv = to_view(y, "y");
+  return layernorm_linear_forward_compute(*c, *l, a, yv);
+}
+
+}  // namespace
+
+extern "C" {
+
+TE_API te_status te_layernorm_linear_options_init(te_layernorm_linear_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(opts, "opts");
+    *opts = te_layernorm_linear_options{};
+    opts->struct_size = sizeof *opts;
+    opts->bias = 1;
+    opts->activation_dtype = TE_DTYPE_BF16;
+    opts->normalization = TE_NORM_LAYERNORM;
+    opts->eps = 1e-5f;
+  });
+}
+
+TE_API te_status te_layernorm_linear_create(te_layernorm_linear **out, te_context *ctx,
+                                            const te_layernorm_linear_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Context *c = to_context(ctx);
+    check_options(opts, "opts");
+    LayerNormLinearOptions o;
+    o.in_features = opts->in_features;
+    o.out_features = opts->out_features;
+    check_features(o.in_features, o.out_features, "opts->in_features", "opts->out_features");
+    check_bool(opts->bias, "opts->bias");
+    check_bool(opts->fuse_wgrad_accumulation, "opts->fuse_wgrad_accumulation");
+    o.bias = opts->bias;
+    o.activation_dtype = to_activation_dtype(opts->activation_dtype, "opts->activation_dtype");
+    o.fuse_wgrad_accumulation = opts->fuse_wgrad_accumulation;
+    o.norm = to_norm_options(opts->normalization, opts->eps, opts->zero_centered_gamma, "opts", "normalization");
+    *out = (new LayerNormLinear(*c, o))->as_public<te_layernorm_linear>();
+  });
+}
+
+TE_API void te_layernorm_linear_destroy(te_layernorm_linear *m) {
+  delete live_or_null<LayerNormLinear>(m, HandleKind::LayerNormLinear);
+}
+
+TE_API te_status te_layernorm_linear_forward_args_init(te_layernorm_linear_forward_args *args) {
+  return guarded(__func__, [&] {
+    check_not_null(args, "args");
+    *args = te_layernorm_linear_forward_args{};
+    args->struct_size = sizeof *args;
+  });
+}
+
+TE_API te_status te_layernorm_linear_forward_compute(te_context *ctx, te_layernorm_linear *m,
+                                                     const te_layernorm_linear_forward_args *args, te_tensor *y,
+                                                     te_layernorm_linear_residuals *residuals) {
+  return guarded(__func__, [&] {
+    check_options(residuals, "residuals");
+    LayerNormLinearSaved *s = forward_compute(ctx, m, args, y);
+    const ProjectionSaved &p = s->proj;
+    const Device dev = s->ctx->device();
+    residuals->ln_out_t = to_c_tensor(p.fp8 ? p.x.col : p.x_hp);
+    residuals->weight_t = to_c_tensor(p.fp8 ? p.w->q.col : p.w_hp);
+    residuals->mu = to_c_tensor(stats_view(s->norm.mu, dev, p.tokens));
+    residuals->rsigma = to_c_tensor(stats_view(s->norm.rsigma, dev, p.tokens));
+    residuals->fp8 = p.fp8;
+    residuals->internal = s->as_public<void>();
+  });
+}
+
+TE_API void te_layernorm_linear_residuals_release(te_layernorm_linear_residuals *residuals) {
+  if (!residuals) return;
+  if (auto *s = live_or_null<LayerNormLinearSaved>(residuals->internal, HandleKind::LayerNormLinearResiduals)) {
+    layernorm_linear_pools(*s->ctx).saved.release(s);
+    residuals->internal = nullptr;
+  }
+}
+
+TE_API te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_linear *m,
+                                                  te_layernorm_linear_residuals *residuals,
+                                                  te_layernorm_linear_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(out, "out");
+    LayerNormLinearSaved *s = saved_of(residuals, "residuals");
+    if (s->layer != l->core())
+      fail(Status::InvalidArgument, "argument 'residuals': made by another te_layernorm_linear than 'm'");
+    LayerNormLinearBackwardCtx *b = layernorm_linear_pools(*c).backward.acquire(*c);  // may throw: nothing moved yet
+    s->retire();  // the struct (and every copy of it) no longer names the residuals
+    b->saved = s;
+    residuals->internal = nullptr;
+    *out = b->as_public<te_layernorm_linear_backward_ctx>();
+  });
+}
+
+TE_API te_status te_layernorm_linear_forward(te_context *ctx, te_layernorm_linear *m,
+                                             const te_layernorm_linear_forward_args *args, te_tensor *y,
+                                             te_layernorm_linear_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Context *c = to_context(ctx);
+    // The backward context first: once the forward ran, nothing may fail.
+    LayerNormLinearBackwardCtx *b = layernorm_linear_pools(*c).backward.acquire(*c);
+    try {
+      b->saved = forward_compute(ctx, m, args, y);
+      b->saved->retire();  // owned by the backward context: no residuals handle names it
+    } catch (...) {
+      layernorm_linear_pools(*c).backward.release(b);
+      throw;
+    }
+    *out = b->as_public<te_layernorm_linear_backward_ctx>();
+  });
+}
+
+TE_API te_status te_layernorm_linear_grads_init(te_layernorm_linear_grads *grads) {
+  return guarded(__func__, [&] {
+    check_not_null(grads, "grads");
+    *grads = te_layernorm_linear_grads{};
+    grads->struct_size = sizeof *grads;
+  });
+}
+
+TE_API te_status te_layernorm_linear_backward(te_context *ctx, te_layernorm_linear_backward_ctx *bwd,
+                                              const te_tensor *dy, const te_layernorm_linear_grads *grads,
+                                              const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    auto *b = from_handle<LayerNormLinearBackwardCtx>(bwd, HandleKind::LayerNormLinearBackwardCtx, "bwd");
+    if (b->ctx.get() != c) fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
+    const bool once = backward_once(args);
+    const TensorView dyv = to_view(dy, "dy");
+    LayerNormLinearGrads g;
+    if (grads) {
+      check_options(grads, "grads");
+      g.dx = to_optional_view(grads->dx, "grads->dx");
+      g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
+      g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
+      g.dw = to_optional_view(grads->dw, "grads->dw");
+      g.db = to_optional_view(grads->db, "grads->db");
+    }
+    layernorm_linear_backward(*c, *b, dyv, g, once);
+  });
+}
+
+TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd) {
+  if (auto *b = live_or_null<LayerNormLinearBackwardCtx>(bwd, HandleKind::LayerNormLinearBackwardCtx))
+    layernorm_linear_pools(*b->ctx).backward.release(b);
+}
+
+TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te_layernorm_linear *m,
+                                                       te_tensor_role role, te_scaling_state_info *info,
+                                                       float *history, size_t history_cap) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = to_module(m);
+    check_same_context(c, l);
+    read_scaling_state(*c, l->core()->proj.state(to_role(role)), info, history, history_cap);
+  });
+}
+
+TE_API te_status te_layernorm_linear_state_save(te_context *ctx, const te_layernorm_linear *m, void *buf,
+                                                size_t capacity, size_t *size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(size, "size");
+    const size_t need = layernorm_linear_state_size(*c, *l);
+    if (buf) layernorm_linear_state_save(*c, *l, buf, capacity);
+    *size = need;
+  });
+}
+
+TE_API te_status te_layernorm_linear_state_load(te_context *ctx, te_layernorm_linear *m, const void *buf,
+                                                size_t size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(buf, "buf");
+    layernorm_linear_state_load(*c, *l, buf, size);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,247 @@
+#include "module_common.h"
+#include "modules/layernorm_mlp/layernorm_mlp.h"
+
+using namespace te;
+using namespace te::capi;
+
+namespace {
+
+LayerNormMlp *to_module(const te_layernorm_mlp *h, const char *name = "m") {
+  return from_handle<LayerNormMlp>(h, HandleKind::LayerNormMlp, name);
+}
+
+void check_same_context(const Context *c, const LayerNormMlp *m) {
+  if (&m->core()->ctx != c) fail(Status::InvalidArgument, "argument 'm': created with another te_context than 'ctx'");
+}
+
+LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
+  check_options(a, "args");
+  check_bool(a->weight_unchanged, "args->weight_unchanged");
+  LayerNormMlpForwardArgs r;
+  r.input = to_view(a->input, "args->input");
+  r.ln_weight = to_view(a->ln_weight, "args->ln_weight");
+  r.ln_bias = to_optional_view(a->ln_bias, "args->ln_bias");
+  r.fc1_weight = to_view(a->fc1_weight, "args->fc1_weight");
+  r.fc1_bias = to_optional_view(a->fc1_bias, "args->fc1_bias");
+  r.fc2_weight = to_view(a->fc2_weight, "args->fc2_weight");
+  r.fc2_bias = to_optional_view(a->fc2_bias, "args->fc2_bias");
+  r.ln_out = to_optional_view(a->ln_out, "args->ln_out");
+  r.weight_unchanged = a->weight_unchanged;
+  return r;
+}
+
+LayerNormMlpSaved *saved_of(te_layernorm_mlp_residuals *r, const char *name) {
+  check_options(r, name);
+  return static_cast<LayerNormMlpSaved *>(residuals_of(r->internal, HandleKind::LayerNormMlpResiduals, name,
+                                                          "te_layernorm_mlp_residuals",
+                                                          "te_layernorm_mlp_forward_compute"));
+}
+
+LayerNormMlpSaved *forward_compute(te_context *ctx, te_layernorm_mlp *m,
+                                      const te_layernorm_mlp_forward_args *args, te_tensor *y) {
+  Context *c = to_context(ctx);
+  LayerNormMlp *l = to_module(m);
+  check_same_context(c, l);
+  LayerNormMlpForwardArgs a = to_core(args);
+  TensorView yv = to_view(y, "y");
+  return layernorm_mlp_forward_compute(*c, *l, a, yv);
+}
+
+}  // namespace
+
+extern "C" {
+
+TE_API te_status te_layernorm_mlp_options_init(te_layernorm_mlp_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(opts, "opts");
+    *opts = te_layernorm_mlp_options{};
+    opts->struct_size = sizeof *opts;
+    opts->bias = 1;
+    opts->activation = TE_ACTIVATION_GELU;
+    opts->activation_dtype = TE_DTYPE_BF16;
+    opts->normalization = TE_NORM_LAYERNORM;
+    opts->eps = 1e-5f;
+  });
+}
+
+TE_API te_status te_layernorm_mlp_create(te_layernorm_mlp **out, te_context *ctx,
+                                            const te_layernorm_mlp_options *opts) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Context *c = to_context(ctx);
+    check_options(opts, "opts");
+    LayerNormMlpOptions o;
+    const int act = enum_int(opts->activation);
+    if (act < TE_ACTIVATION_RELU || act > TE_ACTIVATION_SRELU)
+      fail(Status::InvalidArgument, "argument 'opts->activation': expected a te_activation value, got %d", act);
+    o.activation = static_cast<Activation>(act);
+    o.hidden = opts->hidden_size;
+    o.ffn = opts->ffn_hidden_size;
+    check_features(o.hidden, o.ffn, "opts->hidden_size", "opts->ffn_hidden_size");
+    if (is_gated(o.activation)) check_features(o.hidden, 2 * o.ffn, "opts->hidden_size", "opts->ffn_hidden_size");
+    check_bool(opts->bias, "opts->bias");
+    check_bool(opts->fuse_wgrad_accumulation, "opts->fuse_wgrad_accumulation");
+    o.bias = opts->bias;
+    o.activation_dtype = to_activation_dtype(opts->activation_dtype, "opts->activation_dtype");
+    o.fuse_wgrad_accumulation = opts->fuse_wgrad_accumulation;
+    o.norm = to_norm_options(opts->normalization, opts->eps, opts->zero_centered_gamma, "opts", "normalization");
+    *out = (new LayerNormMlp(*c, o))->as_public<te_layernorm_mlp>();
+  });
+}
+
+TE_API void te_layernorm_mlp_destroy(te_layernorm_mlp *m) {
+  delete live_or_null<LayerNormMlp>(m, HandleKind::LayerNormMlp);
+}
+
+TE_API te_status te_layernorm_mlp_forward_args_init(te_layernorm_mlp_forward_args *args) {
+  return guarded(__func__, [&] {
+    check_not_null(args, "args");
+    *args = te_layernorm_mlp_forward_args{};
+    args->struct_size = sizeof *args;
+  });
+}
+
+TE_API te_status te_layernorm_mlp_forward_compute(te_context *ctx, te_layernorm_mlp *m,
+                                                     const te_layernorm_mlp_forward_args *args, te_tensor *y,
+                                                     te_layernorm_mlp_residuals *residuals) {
+  return guarded(__func__, [&] {
+    check_options(residuals, "residuals");
+    LayerNormMlpSaved *s = forward_compute(ctx, m, args, y);
+    const ProjectionSaved &p1 = s->fc1, &p2 = s->fc2;
+    const Device dev = s->ctx->device();
+    const LayerNormMlpOptions &o = s->layer->opts;
+    residuals->ln_out_t = to_c_tensor(p1.fp8 ? p1.x.col : p1.x_hp);
+    residuals->fc1_weight_t = to_c_tensor(p1.fp8 ? p1.w->q.col : p1.w_hp);
+    residuals->fc1_out = to_c_tensor(make_view(s->fc1_out.get(), o.activation_dtype, dev, p1.tokens, o.fc1_out()));
+    residuals->act_out_t = to_c_tensor(p2.fp8 ? p2.x.col : p2.x_hp);
+    residuals->fc2_weight_t = to_c_tensor(p2.fp8 ? p2.w->q.col : p2.w_hp);
+    residuals->mu = to_c_tensor(stats_view(s->norm.mu, dev, p1.tokens));
+    residuals->rsigma = to_c_tensor(stats_view(s->norm.rsigma, dev, p1.tokens));
+    residuals->fp8 = p1.fp8;
+    residuals->internal = s->as_public<void>();
+  });
+}
+
+TE_API void te_layernorm_mlp_residuals_release(te_layernorm_mlp_residuals *residuals) {
+  if (!residuals) return;
+  if (auto *s = live_or_null<LayerNormMlpSaved>(residuals->internal, HandleKind::LayerNormMlpResiduals)) {
+    layernorm_mlp_pools(*s->ctx).saved.release(s);
+    residuals->internal = nullptr;
+  }
+}
+
+TE_API te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp *m,
+                                                  te_layernorm_mlp_residuals *residuals,
+                                                  te_layernorm_mlp_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(out, "out");
+    LayerNormMlpSaved *s = saved_of(residuals, "residuals");
+    if (s->layer != l->core())
+      fail(Status::InvalidArgument, "argument 'residuals': made by another te_layernorm_mlp than 'm'");
+    LayerNormMlpBackwardCtx *b = layernorm_mlp_pools(*c).backward.acquire(*c);  // may throw: nothing moved yet
+    s->retire();  // the struct (and every copy of it) no longer names the residuals
+    b->saved = s;
+    residuals->internal = nullptr;
+    *out = b->as_public<te_layernorm_mlp_backward_ctx>();
+  });
+}
+
+TE_API te_status te_layernorm_mlp_forward(te_context *ctx, te_layernorm_mlp *m,
+                                             const te_layernorm_mlp_forward_args *args, te_tensor *y,
+                                             te_layernorm_mlp_backward_ctx **out) {
+  return guarded(__func__, [&] {
+    check_not_null(out, "out");
+    Context *c = to_context(ctx);
+    // The backward context first: once the forward ran, nothing may fail.
+    LayerNormMlpBackwardCtx *b = layernorm_mlp_pools(*c).backward.acquire(*c);
+    try {
+      b->saved = forward_compute(ctx, m, args, y);
+      b->saved->retire();  // owned by the backward context: no residuals handle names it
+    } catch (...) {
+      layernorm_mlp_pools(*c).backward.release(b);
+      throw;
+    }
+    *out = b->as_public<te_layernorm_mlp_backward_ctx>();
+  });
+}
+
+TE_API te_status te_layernorm_mlp_grads_init(te_layernorm_mlp_grads *grads) {
+  return guarded(__func__, [&] {
+    check_not_null(grads, "grads");
+    *grads = te_layernorm_mlp_grads{};
+    grads->struct_size = sizeof *grads;
+  });
+}
+
+TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_backward_ctx *bwd,
+                                              const te_tensor *dy, const te_layernorm_mlp_grads *grads,
+                                              const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    auto *b = from_handle<LayerNormMlpBackwardCtx>(bwd, HandleKind::LayerNormMlpBackwardCtx, "bwd");
+    if (b->ctx.get() != c) fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
+    const bool once = backward_once(args);
+    const TensorView dyv = to_view(dy, "dy");
+    LayerNormMlpGrads g;
+    if (grads) {
+      check_options(grads, "grads");
+      g.dx = to_optional_view(grads->dx, "grads->dx");
+      g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
+      g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
+      g.dfc1_w = to_optional_view(grads->dfc1_weight, "grads->dfc1_weight");
+      g.dfc1_b = to_optional_view(grads->dfc1_bias, "grads->dfc1_bias");
+      g.dfc2_w = to_optional_view(grads->dfc2_weight, "grads->dfc2_weight");
+      g.dfc2_b = to_optional_view(grads->dfc2_bias, "grads->dfc2_bias");
+    }
+    layernorm_mlp_backward(*c, *b, dyv, g, once);
+  });
+}
+
+TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd) {
+  if (auto *b = live_or_null<LayerNormMlpBackwardCtx>(bwd, HandleKind::LayerNormMlpBackwardCtx))
+    layernorm_mlp_pools(*b->ctx).backward.release(b);
+}
+
+TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m, te_mlp_gemm gemm,
+                                                    te_tensor_role role, te_scaling_state_info *info,
+                                                    float *history, size_t history_cap) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = to_module(m);
+    check_same_context(c, l);
+    const int which = enum_int(gemm);
+    if (which != TE_MLP_FC1 && which != TE_MLP_FC2)
+      fail(Status::InvalidArgument, "argument 'gemm': expected TE_MLP_FC1 or TE_MLP_FC2, got %d", which);
+    const ProjectionState &p = which == TE_MLP_FC1 ? l->core()->fc1 : l->core()->fc2;
+    read_scaling_state(*c, p.state(to_role(role)), info, history, history_cap);
+  });
+}
+
+TE_API te_status te_layernorm_mlp_state_save(te_context *ctx, const te_layernorm_mlp *m, void *buf,
+                                                size_t capacity, size_t *size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(size, "size");
+    const size_t need = layernorm_mlp_state_size(*c, *l);
+    if (buf) layernorm_mlp_state_save(*c, *l, buf, capacity);
+    *size = need;
+  });
+}
+
+TE_API te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *m, const void *buf,
+                                                size_t size) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = to_module(m);
+    check_same_context(c, l);
+    check_not_null(buf, "buf");
+    layernorm_mlp_state_load(*c, *l, buf, size);
+  });
+}
+
+}  // extern "C"
