@@ -285,7 +285,8 @@ TE_TENSOR_IN(te_tensor *)
 
 /* Struct members holding te_tensor pointers take proxies only: a stack copy would dangle. */
 %typemap(in) const te_tensor *input, const te_tensor *weight, const te_tensor *bias,
-             te_tensor *gelu_input {
+             te_tensor *gelu_input, te_tensor *output, te_tensor *output_t, te_tensor *mu,
+             te_tensor *rsigma {
   void *p_ = NULL;
   if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
     PyErr_SetString(PyExc_TypeError, "expected a te_tensor proxy (or None)");
@@ -329,6 +330,8 @@ TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
 %extend te_linear_backward_args { te_linear_backward_args() { te_linear_backward_args *o = calloc(1, sizeof *o); te_linear_backward_args_init(o); return o; } }
 %extend te_quantize_options { te_quantize_options() { te_quantize_options *o = calloc(1, sizeof *o); te_quantize_options_init(o); return o; } }
 %extend te_gemm_options { te_gemm_options() { te_gemm_options *o = calloc(1, sizeof *o); te_gemm_options_init(o); return o; } }
+%extend te_norm_options { te_norm_options() { te_norm_options *o = calloc(1, sizeof *o); te_norm_options_init(o); return o; } }
+%extend te_norm_forward_args { te_norm_forward_args() { te_norm_forward_args *o = calloc(1, sizeof *o); te_norm_forward_args_init(o); return o; } }
 %extend te_context_stats { te_context_stats() { te_context_stats *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
 %extend te_autocast_state { te_autocast_state() { te_autocast_state *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
 %extend te_scaling_state_info { te_scaling_state_info() { te_scaling_state_info *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; } }
@@ -381,6 +384,7 @@ size_t te_swig_sizeof(const char *name) {
   TE_SWIG_SIZE(te_linear_forward_args); TE_SWIG_SIZE(te_linear_residuals);
   TE_SWIG_SIZE(te_linear_backward_args); TE_SWIG_SIZE(te_scaling_state_info);
   TE_SWIG_SIZE(te_quantize_options); TE_SWIG_SIZE(te_gemm_options);
+  TE_SWIG_SIZE(te_norm_options); TE_SWIG_SIZE(te_norm_forward_args);
 #undef TE_SWIG_SIZE
   return 0;
 }
@@ -450,5 +454,52 @@ te_status te_swig_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b, 
   o.accumulate = accumulate ? 1 : 0;
   o.use_split_accumulator = use_split_accumulator ? 1 : 0;
   return te_gemm(ctx, a, b, d, &o);
+}
+
+/* te_norm_forward with its options and arguments built here; quantize = 0 passes NULL for
+ * args->quantize (scale, amax, amax_epsilon and power_of_2_scales are then unused). */
+te_status te_swig_norm_forward(te_context *ctx, int kind, double eps, int zero_centered_gamma,
+                               const te_tensor *x, const te_tensor *norm_gamma,
+                               const te_tensor *norm_beta, te_tensor *norm_out,
+                               te_tensor *norm_out_t, te_tensor *norm_mu, te_tensor *norm_rsigma,
+                               int quantize, const float *scale, float *amax,
+                               double amax_epsilon, int power_of_2_scales) {
+  te_norm_options o;
+  te_norm_forward_args args;
+  te_quantize_options q;
+  te_norm_options_init(&o);
+  o.kind = (te_norm_kind)kind;
+  o.eps = (float)eps;
+  o.zero_centered_gamma = zero_centered_gamma;
+  te_norm_forward_args_init(&args);
+  args.input = x;
+  args.weight = norm_gamma;
+  args.bias = norm_beta;
+  args.output = norm_out;
+  args.output_t = norm_out_t;
+  args.mu = norm_mu;
+  args.rsigma = norm_rsigma;
+  if (quantize) {
+    te_quantize_options_init(&q);
+    q.scale = scale;
+    q.amax = amax;
+    q.amax_epsilon = (float)amax_epsilon;
+    q.power_of_2_scales = power_of_2_scales;
+    args.quantize = &q;
+  }
+  return te_norm_forward(ctx, &o, &args);
+}
+
+te_status te_swig_norm_backward(te_context *ctx, int kind, double eps, int zero_centered_gamma,
+                                const te_tensor *dy, const te_tensor *x,
+                                const te_tensor *norm_gamma, const te_tensor *norm_mu,
+                                const te_tensor *norm_rsigma, te_tensor *dx, te_tensor *dgamma,
+                                te_tensor *dbeta) {
+  te_norm_options o;
+  te_norm_options_init(&o);
+  o.kind = (te_norm_kind)kind;
+  o.eps = (float)eps;
+  o.zero_centered_gamma = zero_centered_gamma;
+  return te_norm_backward(ctx, &o, dy, x, norm_gamma, norm_mu, norm_rsigma, dx, dgamma, dbeta);
 }
 %}

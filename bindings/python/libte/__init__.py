@@ -20,6 +20,7 @@ from .errors import (CublasError, CudaError, Error, InternalError, InvalidArgume
                      InvalidState, NcclError, OutOfMemory, Unsupported)
 from .group import Group, nccl_unique_id
 from .linear import BackwardContext, Linear, Residuals, ScalingState
+from .norm import NormGradients, NormOutputs, norm_backward, norm_forward
 from .ops import (activation_backward, activation_forward, amax, cast_transpose, dequantize,
                   gemm, quantize)
 from .recipe import Recipe
@@ -40,8 +41,8 @@ def last_error():
 
 __all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
            "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "InternalError",
-           "InvalidArgument", "InvalidState", "Linear", "NcclError", "OutOfMemory", "Recipe",
-           "Residuals", "ScalingState", "Unsupported", "activation_backward",
-           "activation_forward", "amax", "autocast", "cast_transpose", "constants",
-           "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id", "quantize",
-           "version"]
+           "InvalidArgument", "InvalidState", "Linear", "NcclError", "NormGradients",
+           "NormOutputs", "OutOfMemory", "Recipe", "Residuals", "ScalingState", "Unsupported",
+           "activation_backward", "activation_forward", "amax", "autocast", "cast_transpose",
+           "constants", "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id",
+           "norm_backward", "norm_forward", "quantize", "version"]

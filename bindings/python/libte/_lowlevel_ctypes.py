@@ -114,11 +114,23 @@ class te_gemm_options(Structure):
                 ("accumulate", c_int32), ("use_split_accumulator", c_int32)]
 
 
+class te_norm_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("eps", c_float),
+                ("zero_centered_gamma", c_int32)]
+
+
+class te_norm_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input", c_void_p), ("weight", c_void_p),
+                ("bias", c_void_p), ("output", c_void_p), ("output_t", c_void_p),
+                ("mu", c_void_p), ("rsigma", c_void_p), ("quantize", c_void_p)]
+
+
 SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_tensor, te_context_options, te_context_stats, te_recipe_options, te_nccl_id,
     te_group_nccl_options, te_autocast_options,
     te_autocast_state, te_linear_options, te_linear_forward_args, te_linear_residuals,
-    te_linear_backward_args, te_scaling_state_info, te_quantize_options, te_gemm_options)}
+    te_linear_backward_args, te_scaling_state_info, te_quantize_options, te_gemm_options,
+    te_norm_options, te_norm_forward_args)}
 
 
 # ---- function prototypes ---------------------------------------------------------------------
@@ -189,6 +201,10 @@ _cast_transpose = _fn("te_cast_transpose", _S, _P, _P, _P, _P, _P)
 _dequantize = _fn("te_dequantize", _S, _P, _P, _P)
 _amax = _fn("te_amax", _S, _P, _P, _P)
 _gemm = _fn("te_gemm", _S, _P, _P, _P, _P, _P)
+_norm_options_init = _fn("te_norm_options_init", _S, _P)
+_norm_forward_args_init = _fn("te_norm_forward_args_init", _S, _P)
+_norm_forward = _fn("te_norm_forward", _S, _P, _P, _P)
+_norm_backward = _fn("te_norm_backward", _S, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P)
 
 
 def _raise(status):
@@ -201,7 +217,7 @@ def _raise(status):
 # device {type, index}, scale_inv, scaling).
 _TENSOR = struct.Struct("@Pii8qiiPi")
 _PAD = tuple((0,) * (C.MAX_DIMS - n) for n in range(C.MAX_DIMS + 1))
-_N_TENSORS = 6
+_N_TENSORS = 8
 
 
 class _Scratch(threading.local):
@@ -212,6 +228,9 @@ class _Scratch(threading.local):
         self.fwd_addr = ctypes.addressof(self.fwd)
         self.qopts = te_quantize_options(ctypes.sizeof(te_quantize_options))
         self.gopts = te_gemm_options(ctypes.sizeof(te_gemm_options))
+        self.nopts = te_norm_options(ctypes.sizeof(te_norm_options))
+        self.nargs = te_norm_forward_args(ctypes.sizeof(te_norm_forward_args))
+        self.nqopts = te_quantize_options(ctypes.sizeof(te_quantize_options))
 
 
 _scratch = _Scratch()
@@ -696,5 +715,60 @@ def gemm(ctx, a, b, d, transa, transb, epilogue, bias, gelu_input, accumulate, s
     g.accumulate = 1 if accumulate else 0
     g.use_split_accumulator = 1 if split_accumulator else 0
     st = _gemm(ctx, _tensor(0, a), _tensor(1, b), _tensor(2, d), byref(g))
+    if st:
+        _raise(st)
+
+
+# ---- normalization -----------------------------------------------------------------------------
+
+def norm_defaults():
+    """te_norm_options_init as a dict: {'kind', 'eps', 'zero_centered_gamma'}."""
+    o = te_norm_options()
+    st = _norm_options_init(byref(o))
+    if st:
+        _raise(st)
+    return {"kind": o.kind, "eps": o.eps, "zero_centered_gamma": o.zero_centered_gamma}
+
+
+def _norm_options(kind, eps, zero_centered_gamma):
+    o = _scratch.nopts
+    o.kind = kind
+    o.eps = eps
+    o.zero_centered_gamma = zero_centered_gamma
+    return byref(o)
+
+
+def norm_forward(ctx, kind, eps, zero_centered_gamma, x, gamma, beta, out, out_t, mu, rsigma,
+                 quantize):
+    """te_norm_forward. quantize: None (the field NULL), or (scale, amax, amax_epsilon,
+    power_of_2_scales) with scale and amax addresses (0 or None for NULL)."""
+    a = _scratch.nargs
+    a.input = _tensor(0, x)
+    a.weight = _tensor(1, gamma)
+    a.bias = _tensor(2, beta)
+    a.output = _tensor(3, out)
+    a.output_t = _tensor(4, out_t)
+    a.mu = _tensor(5, mu)
+    a.rsigma = _tensor(6, rsigma)
+    if quantize is None:
+        a.quantize = None
+    else:
+        scale, amax, amax_epsilon, power_of_2_scales = quantize
+        q = _scratch.nqopts
+        q.scale = scale or None
+        q.amax = amax or None
+        q.amax_epsilon = amax_epsilon
+        q.power_of_2_scales = power_of_2_scales
+        a.quantize = ctypes.addressof(q)
+    st = _norm_forward(ctx, _norm_options(kind, eps, zero_centered_gamma), byref(a))
+    if st:
+        _raise(st)
+
+
+def norm_backward(ctx, kind, eps, zero_centered_gamma, dy, x, gamma, mu, rsigma, dx, dgamma,
+                  dbeta):
+    st = _norm_backward(ctx, _norm_options(kind, eps, zero_centered_gamma), _tensor(0, dy),
+                        _tensor(1, x), _tensor(2, gamma), _tensor(3, mu), _tensor(4, rsigma),
+                        _tensor(5, dx), _tensor(6, dgamma), _tensor(7, dbeta))
     if st:
         _raise(st)

@@ -19,7 +19,8 @@ SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
     "te_tensor", "te_context_options", "te_context_stats", "te_recipe_options", "te_nccl_id",
     "te_group_nccl_options", "te_autocast_options", "te_autocast_state", "te_linear_options",
     "te_linear_forward_args", "te_linear_residuals", "te_linear_backward_args",
-    "te_scaling_state_info", "te_quantize_options", "te_gemm_options")}
+    "te_scaling_state_info", "te_quantize_options", "te_gemm_options", "te_norm_options",
+    "te_norm_forward_args")}
 
 version = _te.te_version
 version_string = _te.te_version_string
@@ -235,3 +236,25 @@ amax = _te.te_amax
 def gemm(ctx, a, b, d, transa, transb, epilogue, bias, gelu_input, accumulate, split_accumulator):
     _te.te_swig_gemm(ctx, a, b, d, 1 if transa else 0, 1 if transb else 0, epilogue, bias,
                      gelu_input, 1 if accumulate else 0, 1 if split_accumulator else 0)
+
+
+# ---- normalization -----------------------------------------------------------------------------
+
+def norm_defaults():
+    o = _te.te_norm_options()
+    return {"kind": o.kind, "eps": o.eps, "zero_centered_gamma": o.zero_centered_gamma}
+
+
+def norm_forward(ctx, kind, eps, zero_centered_gamma, x, gamma, beta, out, out_t, mu, rsigma,
+                 quantize):
+    if quantize is None:
+        _te.te_swig_norm_forward(ctx, kind, eps, zero_centered_gamma, x, gamma, beta, out, out_t,
+                                 mu, rsigma, 0, None, None, 0.0, 0)
+    else:
+        scale, amax, amax_epsilon, power_of_2_scales = quantize
+        _te.te_swig_norm_forward(ctx, kind, eps, zero_centered_gamma, x, gamma, beta, out, out_t,
+                                 mu, rsigma, 1, scale or None, amax or None, amax_epsilon,
+                                 power_of_2_scales)
+
+
+norm_backward = _te.te_swig_norm_backward

@@ -13,14 +13,15 @@ __all__ = ["activation_forward", "activation_backward", "quantize", "cast_transp
            "dequantize", "amax", "gemm"]
 
 _ACTIVATIONS = {"relu": C.ACTIVATION_RELU, "gelu": C.ACTIVATION_GELU,
-                "swiglu": C.ACTIVATION_SWIGLU}
+                "swiglu": C.ACTIVATION_SWIGLU, "geglu": C.ACTIVATION_GEGLU,
+                "srelu": C.ACTIVATION_SRELU}
 
 
 def _activation(act):
     code = _ACTIVATIONS.get(act.lower()) if isinstance(act, str) else None
     if code is None:
-        raise InvalidArgument("argument 'act': expected 'relu', 'gelu' or 'swiglu', got %r"
-                              % (act,))
+        raise InvalidArgument("argument 'act': expected 'relu', 'gelu', 'swiglu', 'geglu' or "
+                              "'srelu', got %r" % (act,))
     return code
 
 
@@ -32,16 +33,17 @@ def _hp(ctx, x, name):
 
 
 def activation_forward(ctx, act, x, out=None):
-    """y = act(x), act 'relu' | 'gelu' (tanh approximation) | 'swiglu' (last dim halved)."""
+    """y = act(x), act 'relu' | 'gelu' (tanh approximation) | 'srelu' (squared ReLU) |
+    'swiglu' / 'geglu' (gated: x [..., 2n] -> act(x[..., :n]) * x[..., n:], last dim halved)."""
     h = check_context(ctx)
     code = _activation(act)
     a_x = _hp(ctx, x, "x")
     if out is None:
         shape = tuple(a_x.desc[2])
-        if code == C.ACTIVATION_SWIGLU:
+        if code in C.GATED_ACTIVATIONS:
             if shape[-1] % 2:
-                raise InvalidArgument("argument 'x': swiglu needs an even last dimension, got "
-                                      "shape %s" % (shape,))
+                raise InvalidArgument("argument 'x': %s needs an even last dimension, got "
+                                      "shape %s" % (act.lower(), shape))
             shape = shape[:-1] + (shape[-1] // 2,)
         out = new_output((a_x,), shape, a_x.desc[1], "out")
     a_y = as_input(ctx, out, "out", writable=True)
