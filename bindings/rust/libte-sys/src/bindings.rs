@@ -8,6 +8,7 @@ pub const TE_VERSION_NUMBER: u32 = 100;
 pub const TE_MAX_DIMS: u32 = 8;
 pub const TE_AUTOCAST_MAX_DEPTH: u32 = 64;
 pub const TE_BACKWARD_ONCE: u32 = 1;
+pub const TE_GROUPED_LINEAR_MAX_GEMMS: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -1925,6 +1926,12 @@ impl te_activation {
 impl te_activation {
     pub const TE_ACTIVATION_SWIGLU: te_activation = te_activation(2);
 }
+impl te_activation {
+    pub const TE_ACTIVATION_GEGLU: te_activation = te_activation(3);
+}
+impl te_activation {
+    pub const TE_ACTIVATION_SRELU: te_activation = te_activation(4);
+}
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct te_activation(pub ::std::os::raw::c_uint);
@@ -2286,5 +2293,2435 @@ extern "C" {
         b: *const te_tensor,
         d: *mut te_tensor,
         opts: *const te_gemm_options,
+    ) -> te_status;
+}
+impl te_norm_kind {
+    pub const TE_NORM_LAYERNORM: te_norm_kind = te_norm_kind(0);
+}
+impl te_norm_kind {
+    pub const TE_NORM_RMSNORM: te_norm_kind = te_norm_kind(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_norm_kind(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_norm_options {
+    pub struct_size: usize,
+    pub kind: te_norm_kind,
+    pub eps: f32,
+    pub zero_centered_gamma: i32,
+}
+#[test]
+fn bindgen_test_layout_te_norm_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_norm_options>(),
+        24usize,
+        concat!("Size of: ", stringify!(te_norm_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_norm_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_norm_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kind) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_options),
+                "::",
+                stringify!(kind)
+            )
+        );
+    }
+    test_field_kind();
+    fn test_field_eps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).eps) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_options),
+                "::",
+                stringify!(eps)
+            )
+        );
+    }
+    test_field_eps();
+    fn test_field_zero_centered_gamma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).zero_centered_gamma) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_options),
+                "::",
+                stringify!(zero_centered_gamma)
+            )
+        );
+    }
+    test_field_zero_centered_gamma();
+}
+impl Default for te_norm_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_norm_options_init(opts: *mut te_norm_options) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_norm_forward_args {
+    pub struct_size: usize,
+    pub input: *const te_tensor,
+    pub weight: *const te_tensor,
+    pub bias: *const te_tensor,
+    pub output: *mut te_tensor,
+    pub output_t: *mut te_tensor,
+    pub mu: *mut te_tensor,
+    pub rsigma: *mut te_tensor,
+    pub quantize: *const te_quantize_options,
+}
+#[test]
+fn bindgen_test_layout_te_norm_forward_args() {
+    assert_eq!(
+        ::std::mem::size_of::<te_norm_forward_args>(),
+        72usize,
+        concat!("Size of: ", stringify!(te_norm_forward_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_norm_forward_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_norm_forward_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(weight)
+            )
+        );
+    }
+    test_field_weight();
+    fn test_field_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(bias)
+            )
+        );
+    }
+    test_field_bias();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_output_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output_t) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(output_t)
+            )
+        );
+    }
+    test_field_output_t();
+    fn test_field_mu() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mu) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(mu)
+            )
+        );
+    }
+    test_field_mu();
+    fn test_field_rsigma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rsigma) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(rsigma)
+            )
+        );
+    }
+    test_field_rsigma();
+    fn test_field_quantize() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_norm_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quantize) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_norm_forward_args),
+                "::",
+                stringify!(quantize)
+            )
+        );
+    }
+    test_field_quantize();
+}
+impl Default for te_norm_forward_args {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_norm_forward_args_init(args: *mut te_norm_forward_args) -> te_status;
+}
+extern "C" {
+    pub fn te_norm_forward(
+        ctx: *mut te_context,
+        opts: *const te_norm_options,
+        args: *const te_norm_forward_args,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_norm_backward(
+        ctx: *mut te_context,
+        opts: *const te_norm_options,
+        dy: *const te_tensor,
+        x: *const te_tensor,
+        gamma: *const te_tensor,
+        mu: *const te_tensor,
+        rsigma: *const te_tensor,
+        dx: *mut te_tensor,
+        dgamma: *mut te_tensor,
+        dbeta: *mut te_tensor,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear_options {
+    pub struct_size: usize,
+    pub in_features: i64,
+    pub out_features: i64,
+    pub bias: i32,
+    pub activation_dtype: te_dtype,
+    pub fuse_wgrad_accumulation: i32,
+    pub normalization: te_norm_kind,
+    pub eps: f32,
+    pub zero_centered_gamma: i32,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_linear_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_linear_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(te_layernorm_linear_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_linear_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_linear_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_in_features() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).in_features) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(in_features)
+            )
+        );
+    }
+    test_field_in_features();
+    fn test_field_out_features() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out_features) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(out_features)
+            )
+        );
+    }
+    test_field_out_features();
+    fn test_field_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(bias)
+            )
+        );
+    }
+    test_field_bias();
+    fn test_field_activation_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).activation_dtype) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(activation_dtype)
+            )
+        );
+    }
+    test_field_activation_dtype();
+    fn test_field_fuse_wgrad_accumulation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fuse_wgrad_accumulation) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(fuse_wgrad_accumulation)
+            )
+        );
+    }
+    test_field_fuse_wgrad_accumulation();
+    fn test_field_normalization() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).normalization) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(normalization)
+            )
+        );
+    }
+    test_field_normalization();
+    fn test_field_eps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).eps) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(eps)
+            )
+        );
+    }
+    test_field_eps();
+    fn test_field_zero_centered_gamma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).zero_centered_gamma) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_options),
+                "::",
+                stringify!(zero_centered_gamma)
+            )
+        );
+    }
+    test_field_zero_centered_gamma();
+}
+impl Default for te_layernorm_linear_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_linear_options_init(opts: *mut te_layernorm_linear_options) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_create(
+        out: *mut *mut te_layernorm_linear,
+        ctx: *mut te_context,
+        opts: *const te_layernorm_linear_options,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_destroy(m: *mut te_layernorm_linear);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear_forward_args {
+    pub struct_size: usize,
+    pub input: *const te_tensor,
+    pub ln_weight: *const te_tensor,
+    pub ln_bias: *const te_tensor,
+    pub weight: *const te_tensor,
+    pub bias: *const te_tensor,
+    pub weight_unchanged: i32,
+    pub ln_out: *mut te_tensor,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_linear_forward_args() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_linear_forward_args>(),
+        64usize,
+        concat!("Size of: ", stringify!(te_layernorm_linear_forward_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_linear_forward_args>(),
+        8usize,
+        concat!(
+            "Alignment of ",
+            stringify!(te_layernorm_linear_forward_args)
+        )
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_ln_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_weight) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(ln_weight)
+            )
+        );
+    }
+    test_field_ln_weight();
+    fn test_field_ln_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(ln_bias)
+            )
+        );
+    }
+    test_field_ln_bias();
+    fn test_field_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(weight)
+            )
+        );
+    }
+    test_field_weight();
+    fn test_field_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bias) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(bias)
+            )
+        );
+    }
+    test_field_bias();
+    fn test_field_weight_unchanged() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_unchanged) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(weight_unchanged)
+            )
+        );
+    }
+    test_field_weight_unchanged();
+    fn test_field_ln_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_out) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_forward_args),
+                "::",
+                stringify!(ln_out)
+            )
+        );
+    }
+    test_field_ln_out();
+}
+impl Default for te_layernorm_linear_forward_args {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_linear_forward_args_init(
+        args: *mut te_layernorm_linear_forward_args,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear_residuals {
+    pub struct_size: usize,
+    pub ln_out_t: te_tensor,
+    pub weight_t: te_tensor,
+    pub mu: te_tensor,
+    pub rsigma: te_tensor,
+    pub fp8: i32,
+    pub internal: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_linear_residuals() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_linear_residuals>(),
+        440usize,
+        concat!("Size of: ", stringify!(te_layernorm_linear_residuals))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_linear_residuals>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_linear_residuals))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_ln_out_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_out_t) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(ln_out_t)
+            )
+        );
+    }
+    test_field_ln_out_t();
+    fn test_field_weight_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_t) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(weight_t)
+            )
+        );
+    }
+    test_field_weight_t();
+    fn test_field_mu() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mu) as usize - ptr as usize
+            },
+            216usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(mu)
+            )
+        );
+    }
+    test_field_mu();
+    fn test_field_rsigma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rsigma) as usize - ptr as usize
+            },
+            320usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(rsigma)
+            )
+        );
+    }
+    test_field_rsigma();
+    fn test_field_fp8() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fp8) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(fp8)
+            )
+        );
+    }
+    test_field_fp8();
+    fn test_field_internal() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).internal) as usize - ptr as usize
+            },
+            432usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_residuals),
+                "::",
+                stringify!(internal)
+            )
+        );
+    }
+    test_field_internal();
+}
+impl Default for te_layernorm_linear_residuals {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_linear_forward_compute(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        args: *const te_layernorm_linear_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut te_layernorm_linear_residuals,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_residuals_release(residuals: *mut te_layernorm_linear_residuals);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear_backward_ctx {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn te_layernorm_linear_forward_save(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        residuals: *mut te_layernorm_linear_residuals,
+        out: *mut *mut te_layernorm_linear_backward_ctx,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_forward(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        args: *const te_layernorm_linear_forward_args,
+        y: *mut te_tensor,
+        out: *mut *mut te_layernorm_linear_backward_ctx,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_linear_grads {
+    pub struct_size: usize,
+    pub dx: *mut te_tensor,
+    pub dln_weight: *mut te_tensor,
+    pub dln_bias: *mut te_tensor,
+    pub dw: *mut te_tensor,
+    pub db: *mut te_tensor,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_linear_grads() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_linear_grads>(),
+        48usize,
+        concat!("Size of: ", stringify!(te_layernorm_linear_grads))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_linear_grads>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_linear_grads))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_dx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(dx)
+            )
+        );
+    }
+    test_field_dx();
+    fn test_field_dln_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dln_weight) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(dln_weight)
+            )
+        );
+    }
+    test_field_dln_weight();
+    fn test_field_dln_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dln_bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(dln_bias)
+            )
+        );
+    }
+    test_field_dln_bias();
+    fn test_field_dw() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dw) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(dw)
+            )
+        );
+    }
+    test_field_dw();
+    fn test_field_db() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_linear_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).db) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_linear_grads),
+                "::",
+                stringify!(db)
+            )
+        );
+    }
+    test_field_db();
+}
+impl Default for te_layernorm_linear_grads {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_linear_grads_init(grads: *mut te_layernorm_linear_grads) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_backward(
+        ctx: *mut te_context,
+        bwd: *mut te_layernorm_linear_backward_ctx,
+        dy: *const te_tensor,
+        grads: *const te_layernorm_linear_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_backward_ctx_destroy(bwd: *mut te_layernorm_linear_backward_ctx);
+}
+extern "C" {
+    pub fn te_layernorm_linear_get_scaling_state(
+        ctx: *mut te_context,
+        m: *const te_layernorm_linear,
+        role: te_tensor_role,
+        info: *mut te_scaling_state_info,
+        history: *mut f32,
+        history_cap: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_state_save(
+        ctx: *mut te_context,
+        m: *const te_layernorm_linear,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_state_load(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        buf: *const ::std::os::raw::c_void,
+        size: usize,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp_options {
+    pub struct_size: usize,
+    pub hidden_size: i64,
+    pub ffn_hidden_size: i64,
+    pub bias: i32,
+    pub activation: te_activation,
+    pub activation_dtype: te_dtype,
+    pub fuse_wgrad_accumulation: i32,
+    pub normalization: te_norm_kind,
+    pub eps: f32,
+    pub zero_centered_gamma: i32,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_mlp_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_mlp_options>(),
+        56usize,
+        concat!("Size of: ", stringify!(te_layernorm_mlp_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_mlp_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_mlp_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_hidden_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).hidden_size) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(hidden_size)
+            )
+        );
+    }
+    test_field_hidden_size();
+    fn test_field_ffn_hidden_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ffn_hidden_size) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(ffn_hidden_size)
+            )
+        );
+    }
+    test_field_ffn_hidden_size();
+    fn test_field_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(bias)
+            )
+        );
+    }
+    test_field_bias();
+    fn test_field_activation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).activation) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(activation)
+            )
+        );
+    }
+    test_field_activation();
+    fn test_field_activation_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).activation_dtype) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(activation_dtype)
+            )
+        );
+    }
+    test_field_activation_dtype();
+    fn test_field_fuse_wgrad_accumulation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fuse_wgrad_accumulation) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(fuse_wgrad_accumulation)
+            )
+        );
+    }
+    test_field_fuse_wgrad_accumulation();
+    fn test_field_normalization() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).normalization) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(normalization)
+            )
+        );
+    }
+    test_field_normalization();
+    fn test_field_eps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).eps) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(eps)
+            )
+        );
+    }
+    test_field_eps();
+    fn test_field_zero_centered_gamma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).zero_centered_gamma) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_options),
+                "::",
+                stringify!(zero_centered_gamma)
+            )
+        );
+    }
+    test_field_zero_centered_gamma();
+}
+impl Default for te_layernorm_mlp_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_mlp_options_init(opts: *mut te_layernorm_mlp_options) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_create(
+        out: *mut *mut te_layernorm_mlp,
+        ctx: *mut te_context,
+        opts: *const te_layernorm_mlp_options,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_destroy(m: *mut te_layernorm_mlp);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp_forward_args {
+    pub struct_size: usize,
+    pub input: *const te_tensor,
+    pub ln_weight: *const te_tensor,
+    pub ln_bias: *const te_tensor,
+    pub fc1_weight: *const te_tensor,
+    pub fc1_bias: *const te_tensor,
+    pub fc2_weight: *const te_tensor,
+    pub fc2_bias: *const te_tensor,
+    pub weight_unchanged: i32,
+    pub ln_out: *mut te_tensor,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_mlp_forward_args() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_mlp_forward_args>(),
+        80usize,
+        concat!("Size of: ", stringify!(te_layernorm_mlp_forward_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_mlp_forward_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_mlp_forward_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_ln_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_weight) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(ln_weight)
+            )
+        );
+    }
+    test_field_ln_weight();
+    fn test_field_ln_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(ln_bias)
+            )
+        );
+    }
+    test_field_ln_bias();
+    fn test_field_fc1_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc1_weight) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(fc1_weight)
+            )
+        );
+    }
+    test_field_fc1_weight();
+    fn test_field_fc1_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc1_bias) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(fc1_bias)
+            )
+        );
+    }
+    test_field_fc1_bias();
+    fn test_field_fc2_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc2_weight) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(fc2_weight)
+            )
+        );
+    }
+    test_field_fc2_weight();
+    fn test_field_fc2_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc2_bias) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(fc2_bias)
+            )
+        );
+    }
+    test_field_fc2_bias();
+    fn test_field_weight_unchanged() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_unchanged) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(weight_unchanged)
+            )
+        );
+    }
+    test_field_weight_unchanged();
+    fn test_field_ln_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_out) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_forward_args),
+                "::",
+                stringify!(ln_out)
+            )
+        );
+    }
+    test_field_ln_out();
+}
+impl Default for te_layernorm_mlp_forward_args {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_mlp_forward_args_init(
+        args: *mut te_layernorm_mlp_forward_args,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp_residuals {
+    pub struct_size: usize,
+    pub ln_out_t: te_tensor,
+    pub fc1_weight_t: te_tensor,
+    pub fc1_out: te_tensor,
+    pub act_out_t: te_tensor,
+    pub fc2_weight_t: te_tensor,
+    pub mu: te_tensor,
+    pub rsigma: te_tensor,
+    pub fp8: i32,
+    pub internal: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_mlp_residuals() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_mlp_residuals>(),
+        752usize,
+        concat!("Size of: ", stringify!(te_layernorm_mlp_residuals))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_mlp_residuals>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_mlp_residuals))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_ln_out_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ln_out_t) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(ln_out_t)
+            )
+        );
+    }
+    test_field_ln_out_t();
+    fn test_field_fc1_weight_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc1_weight_t) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(fc1_weight_t)
+            )
+        );
+    }
+    test_field_fc1_weight_t();
+    fn test_field_fc1_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc1_out) as usize - ptr as usize
+            },
+            216usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(fc1_out)
+            )
+        );
+    }
+    test_field_fc1_out();
+    fn test_field_act_out_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).act_out_t) as usize - ptr as usize
+            },
+            320usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(act_out_t)
+            )
+        );
+    }
+    test_field_act_out_t();
+    fn test_field_fc2_weight_t() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fc2_weight_t) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(fc2_weight_t)
+            )
+        );
+    }
+    test_field_fc2_weight_t();
+    fn test_field_mu() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mu) as usize - ptr as usize
+            },
+            528usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(mu)
+            )
+        );
+    }
+    test_field_mu();
+    fn test_field_rsigma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rsigma) as usize - ptr as usize
+            },
+            632usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(rsigma)
+            )
+        );
+    }
+    test_field_rsigma();
+    fn test_field_fp8() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fp8) as usize - ptr as usize
+            },
+            736usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(fp8)
+            )
+        );
+    }
+    test_field_fp8();
+    fn test_field_internal() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).internal) as usize - ptr as usize
+            },
+            744usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_residuals),
+                "::",
+                stringify!(internal)
+            )
+        );
+    }
+    test_field_internal();
+}
+impl Default for te_layernorm_mlp_residuals {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_mlp_forward_compute(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        args: *const te_layernorm_mlp_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut te_layernorm_mlp_residuals,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_residuals_release(residuals: *mut te_layernorm_mlp_residuals);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp_backward_ctx {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn te_layernorm_mlp_forward_save(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        residuals: *mut te_layernorm_mlp_residuals,
+        out: *mut *mut te_layernorm_mlp_backward_ctx,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_forward(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        args: *const te_layernorm_mlp_forward_args,
+        y: *mut te_tensor,
+        out: *mut *mut te_layernorm_mlp_backward_ctx,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_layernorm_mlp_grads {
+    pub struct_size: usize,
+    pub dx: *mut te_tensor,
+    pub dln_weight: *mut te_tensor,
+    pub dln_bias: *mut te_tensor,
+    pub dfc1_weight: *mut te_tensor,
+    pub dfc1_bias: *mut te_tensor,
+    pub dfc2_weight: *mut te_tensor,
+    pub dfc2_bias: *mut te_tensor,
+}
+#[test]
+fn bindgen_test_layout_te_layernorm_mlp_grads() {
+    assert_eq!(
+        ::std::mem::size_of::<te_layernorm_mlp_grads>(),
+        64usize,
+        concat!("Size of: ", stringify!(te_layernorm_mlp_grads))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_layernorm_mlp_grads>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_layernorm_mlp_grads))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_dx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dx)
+            )
+        );
+    }
+    test_field_dx();
+    fn test_field_dln_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dln_weight) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dln_weight)
+            )
+        );
+    }
+    test_field_dln_weight();
+    fn test_field_dln_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dln_bias) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dln_bias)
+            )
+        );
+    }
+    test_field_dln_bias();
+    fn test_field_dfc1_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dfc1_weight) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dfc1_weight)
+            )
+        );
+    }
+    test_field_dfc1_weight();
+    fn test_field_dfc1_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dfc1_bias) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dfc1_bias)
+            )
+        );
+    }
+    test_field_dfc1_bias();
+    fn test_field_dfc2_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dfc2_weight) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dfc2_weight)
+            )
+        );
+    }
+    test_field_dfc2_weight();
+    fn test_field_dfc2_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_layernorm_mlp_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dfc2_bias) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_layernorm_mlp_grads),
+                "::",
+                stringify!(dfc2_bias)
+            )
+        );
+    }
+    test_field_dfc2_bias();
+}
+impl Default for te_layernorm_mlp_grads {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_layernorm_mlp_grads_init(grads: *mut te_layernorm_mlp_grads) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_backward(
+        ctx: *mut te_context,
+        bwd: *mut te_layernorm_mlp_backward_ctx,
+        dy: *const te_tensor,
+        grads: *const te_layernorm_mlp_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_backward_ctx_destroy(bwd: *mut te_layernorm_mlp_backward_ctx);
+}
+impl te_mlp_gemm {
+    pub const TE_MLP_FC1: te_mlp_gemm = te_mlp_gemm(0);
+}
+impl te_mlp_gemm {
+    pub const TE_MLP_FC2: te_mlp_gemm = te_mlp_gemm(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_mlp_gemm(pub ::std::os::raw::c_uint);
+extern "C" {
+    pub fn te_layernorm_mlp_get_scaling_state(
+        ctx: *mut te_context,
+        m: *const te_layernorm_mlp,
+        gemm: te_mlp_gemm,
+        role: te_tensor_role,
+        info: *mut te_scaling_state_info,
+        history: *mut f32,
+        history_cap: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_state_save(
+        ctx: *mut te_context,
+        m: *const te_layernorm_mlp,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_state_load(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        buf: *const ::std::os::raw::c_void,
+        size: usize,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_grouped_linear {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_grouped_linear_options {
+    pub struct_size: usize,
+    pub num_gemms: i32,
+    pub in_features: i64,
+    pub out_features: i64,
+    pub bias: i32,
+    pub activation_dtype: te_dtype,
+    pub fuse_wgrad_accumulation: i32,
+}
+#[test]
+fn bindgen_test_layout_te_grouped_linear_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_grouped_linear_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(te_grouped_linear_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_grouped_linear_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_grouped_linear_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_num_gemms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_gemms) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(num_gemms)
+            )
+        );
+    }
+    test_field_num_gemms();
+    fn test_field_in_features() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).in_features) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(in_features)
+            )
+        );
+    }
+    test_field_in_features();
+    fn test_field_out_features() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out_features) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(out_features)
+            )
+        );
+    }
+    test_field_out_features();
+    fn test_field_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bias) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(bias)
+            )
+        );
+    }
+    test_field_bias();
+    fn test_field_activation_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).activation_dtype) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(activation_dtype)
+            )
+        );
+    }
+    test_field_activation_dtype();
+    fn test_field_fuse_wgrad_accumulation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fuse_wgrad_accumulation) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_options),
+                "::",
+                stringify!(fuse_wgrad_accumulation)
+            )
+        );
+    }
+    test_field_fuse_wgrad_accumulation();
+}
+impl Default for te_grouped_linear_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_grouped_linear_options_init(opts: *mut te_grouped_linear_options) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_create(
+        out: *mut *mut te_grouped_linear,
+        ctx: *mut te_context,
+        opts: *const te_grouped_linear_options,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_destroy(g: *mut te_grouped_linear);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_grouped_linear_forward_args {
+    pub struct_size: usize,
+    pub input: *const te_tensor,
+    pub m_splits: *const i64,
+    pub weights: *const *const te_tensor,
+    pub biases: *const *const te_tensor,
+    pub weight_unchanged: i32,
+}
+#[test]
+fn bindgen_test_layout_te_grouped_linear_forward_args() {
+    assert_eq!(
+        ::std::mem::size_of::<te_grouped_linear_forward_args>(),
+        48usize,
+        concat!("Size of: ", stringify!(te_grouped_linear_forward_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_grouped_linear_forward_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_grouped_linear_forward_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_m_splits() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).m_splits) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(m_splits)
+            )
+        );
+    }
+    test_field_m_splits();
+    fn test_field_weights() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weights) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(weights)
+            )
+        );
+    }
+    test_field_weights();
+    fn test_field_biases() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).biases) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(biases)
+            )
+        );
+    }
+    test_field_biases();
+    fn test_field_weight_unchanged() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_unchanged) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_forward_args),
+                "::",
+                stringify!(weight_unchanged)
+            )
+        );
+    }
+    test_field_weight_unchanged();
+}
+impl Default for te_grouped_linear_forward_args {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_grouped_linear_forward_args_init(
+        args: *mut te_grouped_linear_forward_args,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_grouped_linear_residuals {
+    pub struct_size: usize,
+    pub fp8: i32,
+    pub internal: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_te_grouped_linear_residuals() {
+    assert_eq!(
+        ::std::mem::size_of::<te_grouped_linear_residuals>(),
+        24usize,
+        concat!("Size of: ", stringify!(te_grouped_linear_residuals))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_grouped_linear_residuals>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_grouped_linear_residuals))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_residuals),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_fp8() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fp8) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_residuals),
+                "::",
+                stringify!(fp8)
+            )
+        );
+    }
+    test_field_fp8();
+    fn test_field_internal() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_grouped_linear_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).internal) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_grouped_linear_residuals),
+                "::",
+                stringify!(internal)
+            )
+        );
+    }
+    test_field_internal();
+}
+impl Default for te_grouped_linear_residuals {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_grouped_linear_forward_compute(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        args: *const te_grouped_linear_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut te_grouped_linear_residuals,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_residuals_release(residuals: *mut te_grouped_linear_residuals);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_grouped_linear_backward_ctx {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn te_grouped_linear_forward_save(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        residuals: *mut te_grouped_linear_residuals,
+        out: *mut *mut te_grouped_linear_backward_ctx,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_forward(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        args: *const te_grouped_linear_forward_args,
+        y: *mut te_tensor,
+        out: *mut *mut te_grouped_linear_backward_ctx,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_backward(
+        ctx: *mut te_context,
+        bwd: *mut te_grouped_linear_backward_ctx,
+        dy: *const te_tensor,
+        dx: *mut te_tensor,
+        dw: *const *mut te_tensor,
+        db: *const *mut te_tensor,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_backward_ctx_destroy(bwd: *mut te_grouped_linear_backward_ctx);
+}
+extern "C" {
+    pub fn te_grouped_linear_get_scaling_state(
+        ctx: *mut te_context,
+        g: *const te_grouped_linear,
+        expert: i32,
+        role: te_tensor_role,
+        info: *mut te_scaling_state_info,
+        history: *mut f32,
+        history_cap: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_state_save(
+        ctx: *mut te_context,
+        g: *const te_grouped_linear,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_state_load(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        buf: *const ::std::os::raw::c_void,
+        size: usize,
     ) -> te_status;
 }

@@ -196,6 +196,10 @@ pub enum Activation {
     Gelu,
     /// `x [..., 2n] -> silu(x[..., :n]) * x[..., n:] : [..., n]`.
     Swiglu,
+    /// `x [..., 2n] -> gelu(x[..., :n]) * x[..., n:] : [..., n]`.
+    Geglu,
+    /// Squared ReLU: max(x, 0)^2.
+    Srelu,
 }
 
 impl Activation {
@@ -204,7 +208,14 @@ impl Activation {
             Activation::Relu => sys::te_activation::TE_ACTIVATION_RELU,
             Activation::Gelu => sys::te_activation::TE_ACTIVATION_GELU,
             Activation::Swiglu => sys::te_activation::TE_ACTIVATION_SWIGLU,
+            Activation::Geglu => sys::te_activation::TE_ACTIVATION_GEGLU,
+            Activation::Srelu => sys::te_activation::TE_ACTIVATION_SRELU,
         }
+    }
+
+    /// Gated: halves the last dimension (SwiGLU, GeGLU).
+    pub fn is_gated(self) -> bool {
+        matches!(self, Activation::Swiglu | Activation::Geglu)
     }
 }
 
@@ -360,7 +371,7 @@ impl Context {
     }
 
     /// `y = act(x)`, computed in fp32. x, y: F32, F16 or BF16, same dtype; y has x's shape
-    /// (last dimension halved for SwiGLU).
+    /// (last dimension halved for the gated SwiGLU and GeGLU).
     pub fn activation_forward(
         &self,
         act: Activation,

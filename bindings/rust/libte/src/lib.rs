@@ -10,6 +10,8 @@
 //!   joined with an [`NcclId`]. `Send + Sync`.
 //! * [`Linear`]: an FP8 linear layer's state; `forward_compute` / `forward_save` / `forward`
 //!   give a [`BackwardCtx`] to run `backward` with.
+//! * [`Context::norm_forward`] / [`Context::norm_backward`]: LayerNorm and RMSNorm
+//!   ([`NormOptions`]), with FP8 outputs and their transpose.
 //! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`] or
 //!   [`Bf16`] (or FP8 codes with their scale_inv).
 //! * Every fallible call returns [`Result`]; an [`Error`] carries the [`Status`] and the
@@ -58,6 +60,7 @@ mod error;
 mod group;
 mod half;
 mod linear;
+mod norm;
 mod recipe;
 mod tensor;
 
@@ -71,6 +74,7 @@ pub use crate::half::{Bf16, F16};
 pub use crate::linear::{
     BackwardCtx, ForwardArgs, Linear, LinearOptions, Residuals, ScalingStateInfo, TensorRole,
 };
+pub use crate::norm::{NormGrads, NormKind, NormOptions, NormOutputs};
 pub use crate::recipe::{AmaxAlgo, Format, Recipe, RecipeKind, RecipeOptions};
 pub use crate::tensor::{DType, Element, ScalingMode, TensorView, TensorViewMut, MAX_DIMS};
 
