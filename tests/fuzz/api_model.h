@@ -54,6 +54,8 @@ enum Op : uint8_t {
   OP_CONTEXT_MISC,
   OP_WRONG_HANDLE,
   OP_TRAIN_STEP,
+  OP_NORM_FORWARD,
+  OP_NORM_BACKWARD,
   OP_COUNT
 };
 
@@ -64,7 +66,7 @@ inline const char *op_name(uint8_t op) {
       "linear_create", "linear_destroy", "forward_compute", "forward_save", "forward", "backward", "backward_destroy",
       "residuals_release", "residuals_copy", "state", "scaling_state", "quantize", "dequantize", "cast_transpose",
       "amax", "gemm", "activation_forward", "activation_backward", "malloc", "free", "copy", "tensor_query",
-      "context_misc", "wrong_handle", "train_step"};
+      "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

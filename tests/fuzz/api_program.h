@@ -209,6 +209,11 @@ class Program {
   void gemm();
   void activation(bool backward_pass);
 
+  // ---- norms (api_norm.h) ----
+  te_norm_options *norm_opts(te_norm_options &o, int &kind, bool &mf);
+  void norm_forward();
+  void norm_backward();
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -294,6 +299,8 @@ class Program {
       case OP_CONTEXT_MISC: context_misc(); break;
       case OP_WRONG_HANDLE: wrong_handle(); break;
       case OP_TRAIN_STEP: train_step(); break;
+      case OP_NORM_FORWARD: norm_forward(); break;
+      case OP_NORM_BACKWARD: norm_backward(); break;
       default: break;
     }
   }
@@ -340,4 +347,5 @@ class Program {
 #include "api_linear.h"
 #include "api_state.h"
 #include "api_primitives.h"
+#include "api_norm.h"
 #include "api_misc.h"

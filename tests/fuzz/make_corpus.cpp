@@ -212,6 +212,9 @@ void api_corpus(const std::string &dir) {
        {OP_RECIPE_CREATE, OP_GROUP_CREATE, OP_LINEAR_CREATE, OP_FORWARD, OP_WRONG_HANDLE, OP_WRONG_HANDLE,
         OP_WRONG_HANDLE, OP_WRONG_HANDLE}},
       {"memory", {OP_TENSOR_QUERY, OP_TENSOR_QUERY, OP_MALLOC, OP_MALLOC, OP_FREE, OP_MALLOC, OP_TENSOR_QUERY}},
+      {"norms",
+       {OP_NORM_FORWARD, OP_NORM_BACKWARD, OP_NORM_FORWARD, OP_NORM_FORWARD, OP_NORM_BACKWARD, OP_NORM_FORWARD,
+        OP_NORM_BACKWARD, OP_NORM_FORWARD}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
