@@ -83,9 +83,10 @@ def run_libte(binary, extra_args, lib_dir=None):
     try:
         te = json.loads(p.stdout)
     except ValueError:
-        reason = "no CUDA device" if p.returncode == 77 else f"exit status {p.returncode}, no JSON on stdout"
-        tail = p.stderr.strip().splitlines()[-1:] or [""]
-        return {"error": f"te_bench_modules failed: {reason}: {tail[0]}"}, p.returncode
+        tail = (p.stderr.strip().splitlines()[-1:] or [""])[0]
+        if p.returncode == 77:  # the program's own "no CUDA device" line
+            return {"error": tail}, p.returncode
+        return {"error": f"te_bench_modules failed: exit status {p.returncode}, no JSON on stdout: {tail}"}, p.returncode
     return te, p.returncode
 
 
@@ -362,7 +363,7 @@ def compare(module, recipe, r, p):
         return x is not None and "ms" in x
 
     if module == "grouped_linear":
-        parts = [f"{p[k]['ms'] / r['ms']:.2f}x faster than {lbl}"
+        parts = [f"{r['ms'] / p[k]['ms']:.2f}x {lbl}"
                  for k, lbl in (("torch_grouped_mm_bf16", "_grouped_mm"), ("torch_loop_bf16", "loop")) if ok(p.get(k))]
         return ("; ".join(parts) or "-"), "reported"
     if recipe not in FP8_RECIPES:
@@ -387,6 +388,11 @@ def print_table(rows):
     print("|" + "|".join("---" for _ in header) + "|")
     for r in rows:
         print("| " + " | ".join(str(c).replace("|", "/") for c in r) + " |")
+
+
+def version_text(v):
+    """te_version()'s MAJOR * 10000 + MINOR * 100 + PATCH as text."""
+    return "?" if not isinstance(v, (int, float)) else f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}"
 
 
 def loud(msg):
@@ -483,7 +489,7 @@ def main():
     env = record["env"]
     print()
     print(f"GPU: {env.get('gpu', '?')}, torch {env.get('torch', '?')}, torchao {env.get('torchao', 'SKIPPED')}; "
-          f"libte {te.get('libte_version', '?')}; medians of 5 repetitions after warm-up")
+          f"libte {version_text(te.get('libte_version'))}; medians of 5 repetitions after warm-up")
     rows, problems = build_rows(te, record["torch"], args.quick, only)
     print_table(rows)
     if torchao_skip:
@@ -492,7 +498,8 @@ def main():
         print("libte problems:")
         for p in problems:
             print("  -", p)
-    peer_problems = [f"{m}/{k}: {v['error']}" for m, d in record["torch"].items() for k, v in d.items() if "error" in v]
+    peer_problems = [f"{m}/{k}: {v['error']}" for m, d in record["torch"].items() if m in only
+                     for k, v in d.items() if "error" in v]
     if peer_problems:
         print("peer problems:")
         for p in peer_problems:
