@@ -434,7 +434,9 @@ def parse_decl(decl, line, model, allow_array):
 def parse_type(tpart, line, model):
     ptr = tpart.count("*")
     before, _, after = tpart.partition("*")
-    if after.replace("*", "").strip():
+    # `T *const *` (a pointer to constant pointers) is ABI-identical to `T **`: Julia's Ptr has
+    # no const, so only `const` may follow a '*'.
+    if re.sub(r"\bconst\b", "", after.replace("*", "")).strip():
         fail(line, "qualifier after '*' in %r is not supported" % tpart)
     words = before.split()
     const = "const" in words
