@@ -12,7 +12,8 @@ Two layers:
     [`BackwardCtx`](@ref), [`Group`](@ref) with finalizers and `close`, [`autocast`](@ref),
     tensor views over Julia arrays, and [`LibTEError`](@ref) for every failed call; and
     `src/ops.jl`, the FP8 primitives ([`quantize`](@ref), [`cast_transpose`](@ref),
-    [`dequantize`](@ref), [`amax`](@ref), [`gemm`](@ref)) over [`Float8Array`](@ref)s.
+    [`dequantize`](@ref), [`amax`](@ref), [`gemm`](@ref)) over [`Float8Array`](@ref)s; and
+    `src/norm.jl`, LayerNorm and RMSNorm ([`norm_forward`](@ref), [`norm_backward`](@ref)).
 
 # Finding the library
 
@@ -41,6 +42,7 @@ const libte = "libte.so.0"
 include("gen/libte_api.jl")
 include("highlevel.jl")
 include("ops.jl")
+include("norm.jl")
 
 const _libte_handle = Ref{Ptr{Cvoid}}(C_NULL)
 

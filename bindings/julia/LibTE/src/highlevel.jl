@@ -876,15 +876,17 @@ end
 
 _act(a::Integer) = te_activation(a)
 _act(a::Symbol) = a === :relu ? TE_ACTIVATION_RELU : a === :gelu ? TE_ACTIVATION_GELU :
-                  a === :swiglu ? TE_ACTIVATION_SWIGLU :
-                  throw(ArgumentError("activation must be :relu, :gelu, :swiglu or a te_activation"))
+                  a === :swiglu ? TE_ACTIVATION_SWIGLU : a === :geglu ? TE_ACTIVATION_GEGLU :
+                  a === :srelu ? TE_ACTIVATION_SRELU :
+                  throw(ArgumentError("activation must be :relu, :gelu, :swiglu, :geglu, :srelu or a te_activation"))
 
 """
     activation!(y, ctx, act, x)
 
-`y = act(x)` elementwise (`act`: `:relu`, `:gelu` (tanh approximation), `:swiglu`, or a
-`te_activation`). For SwiGLU the libte *last* dimension is halved, i.e. the Julia **first**
-dimension: `x` is `2n × tokens`, `y` is `n × tokens`.
+`y = act(x)` elementwise (`act`: `:relu`, `:gelu` (tanh approximation), `:srelu` (squared
+ReLU), the gated `:swiglu` / `:geglu`, or a `te_activation`). For the gated ones the libte
+*last* dimension is halved, i.e. the Julia **first** dimension: `x` is `2n × tokens` (gate rows
+first), `y` is `n × tokens`.
 """
 function activation!(y, ctx::Context, act, x)
     yv, xv = TensorView(y), TensorView(x)

@@ -486,6 +486,110 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         @test g2.handle == C_NULL   # freed with the context
     end
 
+    @testset "LayerNorm and RMSNorm vs a Float64 reference" begin
+        ctx = Context()
+        hidden, tokens = 40, 6
+        x = filled(hidden, tokens; seed = 11, scale = 2.0f0)   # Julia 40 × 6 = libte [6, 40]
+        gamma = 1 .+ 0.5f0 .* filled(hidden; seed = 12)
+        beta = 0.5f0 .* filled(hidden; seed = 13)
+        dy = filled(hidden, tokens; seed = 14)
+        # One column per token: mean and variance over the first (libte's last) dimension.
+        function norm_reference(kind, zcg)
+            X, g = Float64.(x), Float64.(gamma) .+ (zcg ? 1 : 0)
+            mu = kind === :layernorm ? vec(sum(X; dims = 1)) ./ hidden : zeros(tokens)
+            C = X .- mu'
+            rs = 1 ./ sqrt.(vec(sum(C .^ 2; dims = 1)) ./ hidden .+ Float64(1.0f-5))
+            xh = C .* rs'
+            y = xh .* g .+ (kind === :layernorm ? Float64.(beta) : 0)
+            dyg = Float64.(dy) .* g
+            c1 = vec(sum(dyg .* xh; dims = 1)) ./ hidden
+            c2 = kind === :layernorm ? vec(sum(dyg; dims = 1)) ./ hidden : zeros(tokens)
+            dx = rs' .* (dyg .- xh .* c1' .- c2')
+            return y, mu, rs, dx, vec(sum(Float64.(dy) .* xh; dims = 2)), vec(sum(Float64.(dy); dims = 2))
+        end
+        for kind in (:layernorm, :rmsnorm), zcg in (false, true)
+            b = kind === :layernorm ? beta : nothing
+            y, yt, mu, rs = norm_forward(ctx, x, gamma, b; kind = kind, zero_centered_gamma = zcg)
+            ry, rmu, rrs, rdx, rdg, rdb = norm_reference(kind, zcg)
+            @test yt === nothing && size(y) == size(x) && eltype(y) == Float32
+            # fp32 with short fixed-order sums against Float64: a few ulps
+            @test maximum(abs.(y .- ry)) < 1e-5 * (1 + maximum(abs, ry))
+            @test maximum(abs.(rs .- rrs) ./ rrs) < 1e-5
+            if kind === :layernorm
+                @test maximum(abs.(mu .- rmu)) < 1e-6
+            else
+                @test mu === nothing
+            end
+            dx, dg, db = norm_backward(ctx, dy, x, gamma, mu, rs; kind = kind, zero_centered_gamma = zcg)
+            @test relerr(dx, rdx) < 1e-5
+            @test relerr(dg, rdg) < 1e-5
+            if kind === :layernorm
+                @test relerr(db, rdb) < 1e-5
+            else
+                @test db === nothing
+            end
+            dx2, dg2, _ = norm_backward(ctx, dy, x, gamma, mu, rs; kind = kind, zero_centered_gamma = zcg)
+            @test dx2 == dx && dg2 == dg   # deterministic: dgamma is written, not accumulated
+        end
+
+        # FP8: the codes are libte's own cast of the Float32 output; out_t is their transpose.
+        v = norm_forward(ctx, x, gamma, beta)[1]
+        acc = Float32[0]
+        q, qt, _, _ = norm_forward(ctx, x, gamma, beta; dtype = :e4m3, transpose = true, scale = 16.0f0,
+                                   amax = acc)
+        @test q isa Float8Array && size(q) == size(x) && size(qt) == (tokens, hidden)
+        @test q.codes == quantize(ctx, v; scale = 16.0f0).codes
+        @test qt.codes == permutedims(q.codes)
+        @test q.scale_inv[1] == qt.scale_inv[1] == 1 / 16.0f0
+        @test acc[1] == maximum(abs, v)
+        # Current scaling: the scale comes from the output's own amax.
+        c = norm_forward(ctx, x, gamma, beta; dtype = :e5m2)[1]
+        @test c.scale_inv[1] == 1 / (57344.0f0 / maximum(abs, v))
+        @test c.codes == quantize(ctx, v; dtype = :e5m2).codes
+        # A Float32 output and only its FP8 transpose, into given arrays.
+        y2, t2 = zeros(Float32, size(x)), Float8Array(undef, :e4m3, tokens, hidden)
+        norm_forward!(y2, ctx, x, gamma, beta; out_t = t2)
+        @test y2 == v
+        @test t2.codes == permutedims(quantize(ctx, v; scale = 1 / t2.scale_inv[1]).codes)
+
+        # Errors: libte's (naming the function and argument), and the Julia side's.
+        e = thrown(() -> norm_forward(ctx, x, gamma, beta; kind = :rmsnorm))
+        @test e isa LibTEError && occursin("te_norm_forward: argument 'args->bias'", e.message)
+        e = thrown(() -> norm_forward(ctx, x, gamma, beta; eps = 0))
+        @test e isa LibTEError && occursin("'opts->eps'", e.message)
+        e = thrown(() -> norm_forward(ctx, x, gamma[1:20], beta))
+        @test e isa LibTEError && occursin("'args->weight'", e.message)
+        e = thrown(() -> norm_backward(ctx, dy, x, gamma, nothing, ones(Float32, tokens)))
+        @test e isa LibTEError && occursin("te_norm_backward: argument 'mu'", e.message)
+        @test_throws ArgumentError norm_forward(ctx, x, gamma, beta; kind = :batchnorm)
+        close(ctx)
+    end
+
+    @testset "GeGLU and SReLU" begin
+        ctx = Context()
+        x = filled(16, 4; seed = 21)   # libte [4, 16]: the gates are Julia rows 1:8
+        gelu64(v) = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v^3)))
+        # te.h has both; a library that does not implement one yet rejects it naming 'act'.
+        y = zeros(Float32, 8, 4)
+        e = thrown(() -> activation!(y, ctx, :geglu, x))
+        if e === nothing
+            @test maximum(abs.(y .- gelu64.(Float64.(x[1:8, :])) .* Float64.(x[9:16, :]))) < 1e-5
+        else
+            @test e isa LibTEError && occursin("argument 'act'", e.message)
+        end
+        s = zeros(Float32, 16, 4)
+        e = thrown(() -> activation!(s, ctx, :srelu, x))
+        if e === nothing
+            @test maximum(abs.(s .- max.(x, 0) .^ 2)) < 1e-6
+            ds = activation_backward!(zeros(Float32, 16, 4), ctx, :srelu, x, ones(Float32, 16, 4))
+            @test maximum(abs.(ds .- 2 .* max.(x, 0))) < 1e-6
+        else
+            @test e isa LibTEError && occursin("argument 'act'", e.message)
+        end
+        @test_throws ArgumentError activation!(y, ctx, :tanh, x)
+        close(ctx)
+    end
+
     @testset "finalizers and close order" begin
         # Children closed after their context (or collected in any order) are fine: the context
         # is destroyed with its last child.

@@ -790,10 +790,15 @@ const TE_ACTIVATION_RELU = te_activation(0)
 const TE_ACTIVATION_GELU = te_activation(1)
 # x [..., 2n] -> silu(x[..., :n]) * x[..., n:] : [..., n]
 const TE_ACTIVATION_SWIGLU = te_activation(2)
+# x [..., 2n] -> gelu(x[..., :n]) * x[..., n:] : [..., n]
+const TE_ACTIVATION_GEGLU = te_activation(3)
+# squared ReLU: max(x, 0)^2
+const TE_ACTIVATION_SRELU = te_activation(4)
 
 # y = act(x). x, y: F32, F16 or BF16, same dtype and device; y's shape is x's
-# (last dim halved for SwiGLU). Computed in fp32. Errors: INVALID_ARGUMENT
-# for a dtype or shape mismatch or an odd last dimension under SwiGLU.
+# (last dim halved for the gated SwiGLU and GEGLU). Computed in fp32.
+# Errors: INVALID_ARGUMENT for a dtype or shape mismatch or an odd last
+# dimension under a gated activation.
 # C: te_status te_activation_forward(te_context *ctx, te_activation act, const te_tensor *x, te_tensor *y)
 function te_activation_forward(ctx, act, x, y)
     ccall((:te_activation_forward, libte), te_status, (Ptr{te_context}, te_activation, Ptr{te_tensor}, Ptr{te_tensor}), ctx, act, x, y)
@@ -910,6 +915,560 @@ function te_gemm(ctx, a, b, d, opts)
     ccall((:te_gemm, libte), te_status, (Ptr{te_context}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_gemm_options}), ctx, a, b, d, opts)
 end
 
+# ----------------------------------------------------------------------------------------------
+# Normalization
+# ----------------------------------------------------------------------------------------------
+
+# enum te_norm_kind
+const te_norm_kind = Cint
+# (x - mean) / sqrt(var + eps) * gamma + beta
+const TE_NORM_LAYERNORM = te_norm_kind(0)
+# x / sqrt(mean(x^2) + eps) * gamma
+const TE_NORM_RMSNORM = te_norm_kind(1)
+
+# struct te_norm_options: 24 bytes, 8-byte aligned
+struct te_norm_options
+    struct_size::Csize_t  # offset 0: size_t
+    # default LAYERNORM
+    kind::te_norm_kind  # offset 8: te_norm_kind
+    # default 1e-5; finite and > 0
+    eps::Cfloat  # offset 12: float
+    # default 0; 1: the scale applied is (1 + gamma),
+    # so gamma = 0 is the identity (TE's option)
+    zero_centered_gamma::Int32  # offset 16: int32_t
+end
+
+# C: te_status te_norm_options_init(te_norm_options *opts)
+function te_norm_options_init(opts)
+    ccall((:te_norm_options_init, libte), te_status, (Ptr{te_norm_options},), opts)
+end
+
+# Arguments of te_norm_forward. The norm runs over the last dimension of the
+# input; `rows` below is the product of its other dimensions.
+# struct te_norm_forward_args: 72 bytes, 8-byte aligned
+struct te_norm_forward_args
+    struct_size::Csize_t  # offset 0: size_t
+    # x [..., hidden]: F32, F16 or BF16
+    input::Ptr{te_tensor}  # offset 8: const te_tensor *
+    # gamma [hidden], x's dtype
+    weight::Ptr{te_tensor}  # offset 16: const te_tensor *
+    # beta [hidden], x's dtype: required by LayerNorm,
+    # NULL for RMSNorm
+    bias::Ptr{te_tensor}  # offset 24: const te_tensor *
+    # y [..., hidden] (or [rows, hidden]): F32/F16/BF16,
+    # or E4M3/E5M2 with per-tensor scaling; may be
+    # NULL when output_t is given
+    output::Ptr{te_tensor}  # offset 32: te_tensor *
+    # optional FP8 [hidden, rows]: y transposed (the
+    # K-major operand an FP8 wgrad GEMM needs)
+    output_t::Ptr{te_tensor}  # offset 40: te_tensor *
+    # optional F32 [rows]: the means (LayerNorm only)
+    mu::Ptr{te_tensor}  # offset 48: te_tensor *
+    # optional F32 [rows]: 1 / sqrt(var + eps)
+    rsigma::Ptr{te_tensor}  # offset 56: te_tensor *
+    # FP8 outputs: quantize->scale is the scale to use (delayed scaling); NULL
+    # (or quantize NULL): current scaling from y's own amax, with
+    # quantize->amax_epsilon and power_of_2_scales. quantize->amax, when set,
+    # max-accumulates the amax of the normalised values in any mode.
+    quantize::Ptr{te_quantize_options}  # offset 64: const te_quantize_options *
+end
+
+# C: te_status te_norm_forward_args_init(te_norm_forward_args *args)
+function te_norm_forward_args_init(args)
+    ccall((:te_norm_forward_args_init, libte), te_status, (Ptr{te_norm_forward_args},), args)
+end
+
+# LayerNorm or RMSNorm forward, statistics in fp32 (the order of the sums is
+# fixed, so every backend gives bit-identical statistics, outputs and FP8
+# codes). With an FP8 output and a given scale the GPU normalises, casts,
+# transposes and records the amax in one pass. opts may be NULL (defaults).
+# Errors: INVALID_ARGUMENT (dtype/shape/device mismatch, a beta given to
+# RMSNorm or missing for LayerNorm, mu with RMSNorm, no output at all,
+# output_t not FP8, FP8 outputs of two dtypes, block scaling, a scale or amax
+# with a high-precision output only).
+# C: te_status te_norm_forward(te_context *ctx, const te_norm_options *opts, const te_norm_forward_args *args)
+function te_norm_forward(ctx, opts, args)
+    ccall((:te_norm_forward, libte), te_status, (Ptr{te_context}, Ptr{te_norm_options}, Ptr{te_norm_forward_args}), ctx, opts, args)
+end
+
+# Norm backward: from dy [..., hidden] (x's dtype), the forward's x, gamma
+# and saved statistics (mu: LayerNorm only, NULL for RMSNorm), computes
+# dx [..., hidden] (x's dtype), dgamma [hidden] and dbeta [hidden] (LayerNorm
+# only), gamma's dtype; each output may be NULL. dgamma and dbeta are written
+# (not accumulated) and deterministic. Errors: INVALID_ARGUMENT.
+# C: te_status te_norm_backward(te_context *ctx, const te_norm_options *opts, const te_tensor *dy, const te_tensor *x, const te_tensor *gamma, const te_tensor *mu, const te_tensor *rsigma, te_tensor *dx, te_tensor *dgamma, te_tensor *dbeta)
+function te_norm_backward(ctx, opts, dy, x, gamma, mu, rsigma, dx, dgamma, dbeta)
+    ccall((:te_norm_backward, libte), te_status, (Ptr{te_context}, Ptr{te_norm_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, dy, x, gamma, mu, rsigma, dx, dgamma, dbeta)
+end
+
+# ----------------------------------------------------------------------------------------------
+# Transformer modules: LayerNormLinear, LayerNormMLP, GroupedLinear
+# ----------------------------------------------------------------------------------------------
+
+# LayerNormLinear: y = norm(x) W^T + b, TE's LayerNormLinear (a QKV
+# projection). Under FP8 with delayed scaling the norm writes the GEMM's FP8
+# input, its transpose and its amax in one pass.
+# opaque struct te_layernorm_linear: handles are `Ptr{te_layernorm_linear}` == `Ptr{Cvoid}`
+const te_layernorm_linear = Cvoid
+
+# struct te_layernorm_linear_options: 48 bytes, 8-byte aligned
+struct te_layernorm_linear_options
+    struct_size::Csize_t  # offset 0: size_t
+    # required, > 0
+    in_features::Int64  # offset 8: int64_t
+    # required, > 0
+    out_features::Int64  # offset 16: int64_t
+    # default 1
+    bias::Int32  # offset 24: int32_t
+    # F32, F16 or BF16 (default BF16)
+    activation_dtype::te_dtype  # offset 28: te_dtype
+    # default 0
+    fuse_wgrad_accumulation::Int32  # offset 32: int32_t
+    # default LAYERNORM
+    normalization::te_norm_kind  # offset 36: te_norm_kind
+    # default 1e-5
+    eps::Cfloat  # offset 40: float
+    # default 0
+    zero_centered_gamma::Int32  # offset 44: int32_t
+end
+
+# C: te_status te_layernorm_linear_options_init(te_layernorm_linear_options *opts)
+function te_layernorm_linear_options_init(opts)
+    ccall((:te_layernorm_linear_options_init, libte), te_status, (Ptr{te_layernorm_linear_options},), opts)
+end
+
+# Errors: INVALID_ARGUMENT (a field out of range, named).
+# C: te_status te_layernorm_linear_create(te_layernorm_linear **out, te_context *ctx, const te_layernorm_linear_options *opts)
+function te_layernorm_linear_create(out, ctx, opts)
+    ccall((:te_layernorm_linear_create, libte), te_status, (Ptr{Ptr{te_layernorm_linear}}, Ptr{te_context}, Ptr{te_layernorm_linear_options}), out, ctx, opts)
+end
+
+# C: void te_layernorm_linear_destroy(te_layernorm_linear *m)
+function te_layernorm_linear_destroy(m)
+    ccall((:te_layernorm_linear_destroy, libte), Cvoid, (Ptr{te_layernorm_linear},), m)
+end
+
+# struct te_layernorm_linear_forward_args: 64 bytes, 8-byte aligned
+struct te_layernorm_linear_forward_args
+    struct_size::Csize_t  # offset 0: size_t
+    # x [..., in_features]
+    input::Ptr{te_tensor}  # offset 8: const te_tensor *
+    # gamma [in_features]
+    ln_weight::Ptr{te_tensor}  # offset 16: const te_tensor *
+    # beta [in_features]: LayerNorm only (NULL for RMSNorm)
+    ln_bias::Ptr{te_tensor}  # offset 24: const te_tensor *
+    # W [out_features, in_features]
+    weight::Ptr{te_tensor}  # offset 32: const te_tensor *
+    # b [out_features]; NULL iff the layer has no bias
+    bias::Ptr{te_tensor}  # offset 40: const te_tensor *
+    # as te_linear_forward_args
+    weight_unchanged::Int32  # offset 48: int32_t
+    # optional output: norm(x) [..., in_features] in the
+    # activation dtype (TE's return_layernorm_output)
+    ln_out::Ptr{te_tensor}  # offset 56: te_tensor *
+end
+
+# C: te_status te_layernorm_linear_forward_args_init(te_layernorm_linear_forward_args *args)
+function te_layernorm_linear_forward_args_init(args)
+    ccall((:te_layernorm_linear_forward_args_init, libte), te_status, (Ptr{te_layernorm_linear_forward_args},), args)
+end
+
+# Views of library-owned storage; set struct_size before the call.
+# struct te_layernorm_linear_residuals: 440 bytes, 8-byte aligned
+struct te_layernorm_linear_residuals
+    struct_size::Csize_t  # offset 0: size_t
+    # FP8: norm(x)^T [in, tokens] with its scale_inv; else norm(x)
+    ln_out_t::te_tensor  # offset 8: te_tensor
+    # FP8: W^T [in, out]; else the caller's W
+    weight_t::te_tensor  # offset 112: te_tensor
+    # F32 [tokens] (LayerNorm; data NULL for RMSNorm)
+    mu::te_tensor  # offset 216: te_tensor
+    # F32 [tokens]
+    rsigma::te_tensor  # offset 320: te_tensor
+    fp8::Int32  # offset 424: int32_t
+    # a handle owned by one struct: do not touch
+    internal::Ptr{Cvoid}  # offset 432: void *
+end
+
+# Errors: as te_linear_forward_compute, and INVALID_ARGUMENT for gamma/beta
+# not [in_features] of the activation dtype, a beta given to RMSNorm or
+# missing for LayerNorm, ln_out not like x.
+# C: te_status te_layernorm_linear_forward_compute(te_context *ctx, te_layernorm_linear *m, const te_layernorm_linear_forward_args *args, te_tensor *y, te_layernorm_linear_residuals *residuals)
+function te_layernorm_linear_forward_compute(ctx, m, args, y, residuals)
+    ccall((:te_layernorm_linear_forward_compute, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_forward_args}, Ptr{te_tensor}, Ptr{te_layernorm_linear_residuals}), ctx, m, args, y, residuals)
+end
+
+# C: void te_layernorm_linear_residuals_release(te_layernorm_linear_residuals *residuals)
+function te_layernorm_linear_residuals_release(residuals)
+    ccall((:te_layernorm_linear_residuals_release, libte), Cvoid, (Ptr{te_layernorm_linear_residuals},), residuals)
+end
+
+# opaque struct te_layernorm_linear_backward_ctx: handles are `Ptr{te_layernorm_linear_backward_ctx}` == `Ptr{Cvoid}`
+const te_layernorm_linear_backward_ctx = Cvoid
+
+# C: te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_linear *m, te_layernorm_linear_residuals *residuals, te_layernorm_linear_backward_ctx **out)
+function te_layernorm_linear_forward_save(ctx, m, residuals, out)
+    ccall((:te_layernorm_linear_forward_save, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_residuals}, Ptr{Ptr{te_layernorm_linear_backward_ctx}}), ctx, m, residuals, out)
+end
+
+# C: te_status te_layernorm_linear_forward(te_context *ctx, te_layernorm_linear *m, const te_layernorm_linear_forward_args *args, te_tensor *y, te_layernorm_linear_backward_ctx **out)
+function te_layernorm_linear_forward(ctx, m, args, y, out)
+    ccall((:te_layernorm_linear_forward, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_forward_args}, Ptr{te_tensor}, Ptr{Ptr{te_layernorm_linear_backward_ctx}}), ctx, m, args, y, out)
+end
+
+# The gradients backward writes; every pointer may be NULL to skip it.
+# struct te_layernorm_linear_grads: 48 bytes, 8-byte aligned
+struct te_layernorm_linear_grads
+    struct_size::Csize_t  # offset 0: size_t
+    # [..., in] (dx through the norm), activation dtype
+    dx::Ptr{te_tensor}  # offset 8: te_tensor *
+    # dgamma [in]
+    dln_weight::Ptr{te_tensor}  # offset 16: te_tensor *
+    # dbeta [in]: LayerNorm only
+    dln_bias::Ptr{te_tensor}  # offset 24: te_tensor *
+    # [out, in]; F32 and added into with fuse_wgrad_accumulation
+    dw::Ptr{te_tensor}  # offset 32: te_tensor *
+    # [out]: layers with bias only
+    db::Ptr{te_tensor}  # offset 40: te_tensor *
+end
+
+# C: te_status te_layernorm_linear_grads_init(te_layernorm_linear_grads *grads)
+function te_layernorm_linear_grads_init(grads)
+    ccall((:te_layernorm_linear_grads_init, libte), te_status, (Ptr{te_layernorm_linear_grads},), grads)
+end
+
+# dy [tokens, out] (any leading shape with tokens rows) -> the requested
+# gradients. grads and args may be NULL (nothing requested / no flags).
+# Errors: as te_linear_backward.
+# C: te_status te_layernorm_linear_backward(te_context *ctx, te_layernorm_linear_backward_ctx *bwd, const te_tensor *dy, const te_layernorm_linear_grads *grads, const te_linear_backward_args *args)
+function te_layernorm_linear_backward(ctx, bwd, dy, grads, args)
+    ccall((:te_layernorm_linear_backward, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear_backward_ctx}, Ptr{te_tensor}, Ptr{te_layernorm_linear_grads}, Ptr{te_linear_backward_args}), ctx, bwd, dy, grads, args)
+end
+
+# C: void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd)
+function te_layernorm_linear_backward_ctx_destroy(bwd)
+    ccall((:te_layernorm_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_layernorm_linear_backward_ctx},), bwd)
+end
+
+# C: te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te_layernorm_linear *m, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
+function te_layernorm_linear_get_scaling_state(ctx, m, role, info, history, history_cap)
+    ccall((:te_layernorm_linear_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, te_tensor_role, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, m, role, info, history, history_cap)
+end
+
+# C: te_status te_layernorm_linear_state_save(te_context *ctx, const te_layernorm_linear *m, void *buf, size_t capacity, size_t *size)
+function te_layernorm_linear_state_save(ctx, m, buf, capacity, size)
+    ccall((:te_layernorm_linear_state_save, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ctx, m, buf, capacity, size)
+end
+
+# C: te_status te_layernorm_linear_state_load(te_context *ctx, te_layernorm_linear *m, const void *buf, size_t size)
+function te_layernorm_linear_state_load(ctx, m, buf, size)
+    ccall((:te_layernorm_linear_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{Cvoid}, Csize_t), ctx, m, buf, size)
+end
+
+# LayerNormMLP: y = fc2(act(fc1(norm(x)))), TE's LayerNormMLP (the
+# feed-forward block). Under FP8 the norm writes fc1's FP8 input and the
+# activation writes fc2's (each with its amax); fc1's output (the
+# activation's input) is kept in the activation dtype for the backward.
+# fc1's weight is [ffn_hidden_size, hidden_size], or [2 * ffn_hidden_size,
+# hidden_size] for the gated SwiGLU and GEGLU (gate rows first); fc2's is
+# [hidden_size, ffn_hidden_size].
+# opaque struct te_layernorm_mlp: handles are `Ptr{te_layernorm_mlp}` == `Ptr{Cvoid}`
+const te_layernorm_mlp = Cvoid
+
+# struct te_layernorm_mlp_options: 56 bytes, 8-byte aligned
+struct te_layernorm_mlp_options
+    struct_size::Csize_t  # offset 0: size_t
+    # required, > 0
+    hidden_size::Int64  # offset 8: int64_t
+    # required, > 0
+    ffn_hidden_size::Int64  # offset 16: int64_t
+    # default 1: fc1 and fc2 have biases
+    bias::Int32  # offset 24: int32_t
+    # default GELU
+    activation::te_activation  # offset 28: te_activation
+    # F32, F16 or BF16 (default BF16)
+    activation_dtype::te_dtype  # offset 32: te_dtype
+    # default 0
+    fuse_wgrad_accumulation::Int32  # offset 36: int32_t
+    # default LAYERNORM
+    normalization::te_norm_kind  # offset 40: te_norm_kind
+    # default 1e-5
+    eps::Cfloat  # offset 44: float
+    # default 0
+    zero_centered_gamma::Int32  # offset 48: int32_t
+end
+
+# C: te_status te_layernorm_mlp_options_init(te_layernorm_mlp_options *opts)
+function te_layernorm_mlp_options_init(opts)
+    ccall((:te_layernorm_mlp_options_init, libte), te_status, (Ptr{te_layernorm_mlp_options},), opts)
+end
+
+# C: te_status te_layernorm_mlp_create(te_layernorm_mlp **out, te_context *ctx, const te_layernorm_mlp_options *opts)
+function te_layernorm_mlp_create(out, ctx, opts)
+    ccall((:te_layernorm_mlp_create, libte), te_status, (Ptr{Ptr{te_layernorm_mlp}}, Ptr{te_context}, Ptr{te_layernorm_mlp_options}), out, ctx, opts)
+end
+
+# C: void te_layernorm_mlp_destroy(te_layernorm_mlp *m)
+function te_layernorm_mlp_destroy(m)
+    ccall((:te_layernorm_mlp_destroy, libte), Cvoid, (Ptr{te_layernorm_mlp},), m)
+end
+
+# struct te_layernorm_mlp_forward_args: 80 bytes, 8-byte aligned
+struct te_layernorm_mlp_forward_args
+    struct_size::Csize_t  # offset 0: size_t
+    # x [..., hidden]
+    input::Ptr{te_tensor}  # offset 8: const te_tensor *
+    # gamma [hidden]
+    ln_weight::Ptr{te_tensor}  # offset 16: const te_tensor *
+    # beta [hidden]: LayerNorm only
+    ln_bias::Ptr{te_tensor}  # offset 24: const te_tensor *
+    # [ffn (x2 gated), hidden]
+    fc1_weight::Ptr{te_tensor}  # offset 32: const te_tensor *
+    # [ffn (x2 gated)]; NULL iff no bias
+    fc1_bias::Ptr{te_tensor}  # offset 40: const te_tensor *
+    # [hidden, ffn]
+    fc2_weight::Ptr{te_tensor}  # offset 48: const te_tensor *
+    # [hidden]; NULL iff no bias
+    fc2_bias::Ptr{te_tensor}  # offset 56: const te_tensor *
+    # both FP8 weights may be reused
+    weight_unchanged::Int32  # offset 64: int32_t
+    # optional output: norm(x) [..., hidden]
+    ln_out::Ptr{te_tensor}  # offset 72: te_tensor *
+end
+
+# C: te_status te_layernorm_mlp_forward_args_init(te_layernorm_mlp_forward_args *args)
+function te_layernorm_mlp_forward_args_init(args)
+    ccall((:te_layernorm_mlp_forward_args_init, libte), te_status, (Ptr{te_layernorm_mlp_forward_args},), args)
+end
+
+# struct te_layernorm_mlp_residuals: 752 bytes, 8-byte aligned
+struct te_layernorm_mlp_residuals
+    struct_size::Csize_t  # offset 0: size_t
+    # FP8: norm(x)^T; else norm(x)
+    ln_out_t::te_tensor  # offset 8: te_tensor
+    # FP8: fc1 W^T; else the caller's
+    fc1_weight_t::te_tensor  # offset 112: te_tensor
+    # fc1's output (activation input) [tokens, ffn (x2)]
+    fc1_out::te_tensor  # offset 216: te_tensor
+    # FP8: act(fc1_out)^T [ffn, tokens]; else act(fc1_out)
+    act_out_t::te_tensor  # offset 320: te_tensor
+    # FP8: fc2 W^T; else the caller's
+    fc2_weight_t::te_tensor  # offset 424: te_tensor
+    # F32 [tokens] (LayerNorm)
+    mu::te_tensor  # offset 528: te_tensor
+    # F32 [tokens]
+    rsigma::te_tensor  # offset 632: te_tensor
+    fp8::Int32  # offset 736: int32_t
+    internal::Ptr{Cvoid}  # offset 744: void *
+end
+
+# Errors: as te_layernorm_linear_forward_compute (UNSUPPORTED under FP8 when
+# tokens, hidden or ffn (x2 gated) is not a multiple of 16).
+# C: te_status te_layernorm_mlp_forward_compute(te_context *ctx, te_layernorm_mlp *m, const te_layernorm_mlp_forward_args *args, te_tensor *y, te_layernorm_mlp_residuals *residuals)
+function te_layernorm_mlp_forward_compute(ctx, m, args, y, residuals)
+    ccall((:te_layernorm_mlp_forward_compute, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_forward_args}, Ptr{te_tensor}, Ptr{te_layernorm_mlp_residuals}), ctx, m, args, y, residuals)
+end
+
+# C: void te_layernorm_mlp_residuals_release(te_layernorm_mlp_residuals *residuals)
+function te_layernorm_mlp_residuals_release(residuals)
+    ccall((:te_layernorm_mlp_residuals_release, libte), Cvoid, (Ptr{te_layernorm_mlp_residuals},), residuals)
+end
+
+# opaque struct te_layernorm_mlp_backward_ctx: handles are `Ptr{te_layernorm_mlp_backward_ctx}` == `Ptr{Cvoid}`
+const te_layernorm_mlp_backward_ctx = Cvoid
+
+# C: te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp *m, te_layernorm_mlp_residuals *residuals, te_layernorm_mlp_backward_ctx **out)
+function te_layernorm_mlp_forward_save(ctx, m, residuals, out)
+    ccall((:te_layernorm_mlp_forward_save, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_residuals}, Ptr{Ptr{te_layernorm_mlp_backward_ctx}}), ctx, m, residuals, out)
+end
+
+# C: te_status te_layernorm_mlp_forward(te_context *ctx, te_layernorm_mlp *m, const te_layernorm_mlp_forward_args *args, te_tensor *y, te_layernorm_mlp_backward_ctx **out)
+function te_layernorm_mlp_forward(ctx, m, args, y, out)
+    ccall((:te_layernorm_mlp_forward, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_forward_args}, Ptr{te_tensor}, Ptr{Ptr{te_layernorm_mlp_backward_ctx}}), ctx, m, args, y, out)
+end
+
+# struct te_layernorm_mlp_grads: 64 bytes, 8-byte aligned
+struct te_layernorm_mlp_grads
+    struct_size::Csize_t  # offset 0: size_t
+    # [..., hidden]
+    dx::Ptr{te_tensor}  # offset 8: te_tensor *
+    # [hidden]
+    dln_weight::Ptr{te_tensor}  # offset 16: te_tensor *
+    # [hidden]: LayerNorm only
+    dln_bias::Ptr{te_tensor}  # offset 24: te_tensor *
+    # fc1 W's shape; F32 added into with fuse_wgrad_accumulation
+    dfc1_weight::Ptr{te_tensor}  # offset 32: te_tensor *
+    dfc1_bias::Ptr{te_tensor}  # offset 40: te_tensor *
+    dfc2_weight::Ptr{te_tensor}  # offset 48: te_tensor *
+    dfc2_bias::Ptr{te_tensor}  # offset 56: te_tensor *
+end
+
+# C: te_status te_layernorm_mlp_grads_init(te_layernorm_mlp_grads *grads)
+function te_layernorm_mlp_grads_init(grads)
+    ccall((:te_layernorm_mlp_grads_init, libte), te_status, (Ptr{te_layernorm_mlp_grads},), grads)
+end
+
+# C: te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_backward_ctx *bwd, const te_tensor *dy, const te_layernorm_mlp_grads *grads, const te_linear_backward_args *args)
+function te_layernorm_mlp_backward(ctx, bwd, dy, grads, args)
+    ccall((:te_layernorm_mlp_backward, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp_backward_ctx}, Ptr{te_tensor}, Ptr{te_layernorm_mlp_grads}, Ptr{te_linear_backward_args}), ctx, bwd, dy, grads, args)
+end
+
+# C: void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd)
+function te_layernorm_mlp_backward_ctx_destroy(bwd)
+    ccall((:te_layernorm_mlp_backward_ctx_destroy, libte), Cvoid, (Ptr{te_layernorm_mlp_backward_ctx},), bwd)
+end
+
+# Which GEMM of a LayerNormMLP.
+# enum te_mlp_gemm
+const te_mlp_gemm = Cint
+const TE_MLP_FC1 = te_mlp_gemm(0)
+const TE_MLP_FC2 = te_mlp_gemm(1)
+
+# C: te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m, te_mlp_gemm gemm, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
+function te_layernorm_mlp_get_scaling_state(ctx, m, gemm, role, info, history, history_cap)
+    ccall((:te_layernorm_mlp_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, te_mlp_gemm, te_tensor_role, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, m, gemm, role, info, history, history_cap)
+end
+
+# C: te_status te_layernorm_mlp_state_save(te_context *ctx, const te_layernorm_mlp *m, void *buf, size_t capacity, size_t *size)
+function te_layernorm_mlp_state_save(ctx, m, buf, capacity, size)
+    ccall((:te_layernorm_mlp_state_save, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ctx, m, buf, capacity, size)
+end
+
+# C: te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *m, const void *buf, size_t size)
+function te_layernorm_mlp_state_load(ctx, m, buf, size)
+    ccall((:te_layernorm_mlp_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{Cvoid}, Csize_t), ctx, m, buf, size)
+end
+
+# GroupedLinear: num_gemms experts sharing in/out features, TE's
+# GroupedLinear (mixture of experts). A call splits the input's rows into
+# consecutive groups of m_splits[i] tokens (a host array; counts may be 0 and
+# need not be multiples of 16: under FP8 each group is padded to 16 rows
+# inside the library, never by the caller); group i goes through expert i:
+# y_i = x_i W_i^T + b_i. Each expert has its own three scaling states; all of
+# them join the scope's bucket for (recipe, group) together, so a pass still
+# makes one amax reduction and one scale update per bucket.
+# opaque struct te_grouped_linear: handles are `Ptr{te_grouped_linear}` == `Ptr{Cvoid}`
+const te_grouped_linear = Cvoid
+
+const TE_GROUPED_LINEAR_MAX_GEMMS = Cint(1024)
+
+# struct te_grouped_linear_options: 48 bytes, 8-byte aligned
+struct te_grouped_linear_options
+    struct_size::Csize_t  # offset 0: size_t
+    # required, 1..TE_GROUPED_LINEAR_MAX_GEMMS
+    num_gemms::Int32  # offset 8: int32_t
+    # required, > 0
+    in_features::Int64  # offset 16: int64_t
+    # required, > 0
+    out_features::Int64  # offset 24: int64_t
+    # default 1
+    bias::Int32  # offset 32: int32_t
+    # F32, F16 or BF16 (default BF16)
+    activation_dtype::te_dtype  # offset 36: te_dtype
+    # default 0
+    fuse_wgrad_accumulation::Int32  # offset 40: int32_t
+end
+
+# C: te_status te_grouped_linear_options_init(te_grouped_linear_options *opts)
+function te_grouped_linear_options_init(opts)
+    ccall((:te_grouped_linear_options_init, libte), te_status, (Ptr{te_grouped_linear_options},), opts)
+end
+
+# C: te_status te_grouped_linear_create(te_grouped_linear **out, te_context *ctx, const te_grouped_linear_options *opts)
+function te_grouped_linear_create(out, ctx, opts)
+    ccall((:te_grouped_linear_create, libte), te_status, (Ptr{Ptr{te_grouped_linear}}, Ptr{te_context}, Ptr{te_grouped_linear_options}), out, ctx, opts)
+end
+
+# C: void te_grouped_linear_destroy(te_grouped_linear *g)
+function te_grouped_linear_destroy(g)
+    ccall((:te_grouped_linear_destroy, libte), Cvoid, (Ptr{te_grouped_linear},), g)
+end
+
+# struct te_grouped_linear_forward_args: 48 bytes, 8-byte aligned
+struct te_grouped_linear_forward_args
+    struct_size::Csize_t  # offset 0: size_t
+    # x [..., in] with sum(m_splits) rows
+    input::Ptr{te_tensor}  # offset 8: const te_tensor *
+    # host array [num_gemms], each >= 0
+    m_splits::Ptr{Int64}  # offset 16: const int64_t *
+    # [num_gemms] pointers, each W_i [out, in]
+    weights::Ptr{Ptr{te_tensor}}  # offset 24: const te_tensor **
+    # [num_gemms] pointers, each b_i [out];
+    # NULL iff the layer has no bias
+    biases::Ptr{Ptr{te_tensor}}  # offset 32: const te_tensor **
+    # every expert's FP8 weight may be reused
+    weight_unchanged::Int32  # offset 40: int32_t
+end
+
+# C: te_status te_grouped_linear_forward_args_init(te_grouped_linear_forward_args *args)
+function te_grouped_linear_forward_args_init(args)
+    ccall((:te_grouped_linear_forward_args_init, libte), te_status, (Ptr{te_grouped_linear_forward_args},), args)
+end
+
+# struct te_grouped_linear_residuals: 24 bytes, 8-byte aligned
+struct te_grouped_linear_residuals
+    struct_size::Csize_t  # offset 0: size_t
+    fp8::Int32  # offset 8: int32_t
+    internal::Ptr{Cvoid}  # offset 16: void *
+end
+
+# y [..., out] with x's rows. Errors: INVALID_ARGUMENT (m_splits NULL, a
+# negative count, counts not summing to x's rows, a weight or bias NULL or
+# of the wrong shape/dtype/device), UNSUPPORTED (FP8 with in or out not a
+# multiple of 16).
+# C: te_status te_grouped_linear_forward_compute(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *args, te_tensor *y, te_grouped_linear_residuals *residuals)
+function te_grouped_linear_forward_compute(ctx, g, args, y, residuals)
+    ccall((:te_grouped_linear_forward_compute, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{te_tensor}, Ptr{te_grouped_linear_residuals}), ctx, g, args, y, residuals)
+end
+
+# C: void te_grouped_linear_residuals_release(te_grouped_linear_residuals *residuals)
+function te_grouped_linear_residuals_release(residuals)
+    ccall((:te_grouped_linear_residuals_release, libte), Cvoid, (Ptr{te_grouped_linear_residuals},), residuals)
+end
+
+# opaque struct te_grouped_linear_backward_ctx: handles are `Ptr{te_grouped_linear_backward_ctx}` == `Ptr{Cvoid}`
+const te_grouped_linear_backward_ctx = Cvoid
+
+# C: te_status te_grouped_linear_forward_save(te_context *ctx, te_grouped_linear *g, te_grouped_linear_residuals *residuals, te_grouped_linear_backward_ctx **out)
+function te_grouped_linear_forward_save(ctx, g, residuals, out)
+    ccall((:te_grouped_linear_forward_save, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_residuals}, Ptr{Ptr{te_grouped_linear_backward_ctx}}), ctx, g, residuals, out)
+end
+
+# C: te_status te_grouped_linear_forward(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *args, te_tensor *y, te_grouped_linear_backward_ctx **out)
+function te_grouped_linear_forward(ctx, g, args, y, out)
+    ccall((:te_grouped_linear_forward, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{te_tensor}, Ptr{Ptr{te_grouped_linear_backward_ctx}}), ctx, g, args, y, out)
+end
+
+# dy [tokens, out] -> dx [tokens, in], dw[i] [out, in] and db[i] [out] for
+# every expert (dw and db are arrays of num_gemms pointers; each array, and
+# dx, may be NULL to skip it; an expert that got no tokens gets dW = 0, or
+# nothing added with fuse_wgrad_accumulation, and db = 0).
+# C: te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd, const te_tensor *dy, te_tensor *dx, te_tensor **dw, te_tensor **db, const te_linear_backward_args *args)
+function te_grouped_linear_backward(ctx, bwd, dy, dx, dw, db, args)
+    ccall((:te_grouped_linear_backward, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear_backward_ctx}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Ptr{Ptr{te_tensor}}, Ptr{te_linear_backward_args}), ctx, bwd, dy, dx, dw, db, args)
+end
+
+# C: void te_grouped_linear_backward_ctx_destroy(te_grouped_linear_backward_ctx *bwd)
+function te_grouped_linear_backward_ctx_destroy(bwd)
+    ccall((:te_grouped_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_grouped_linear_backward_ctx},), bwd)
+end
+
+# `expert` in 0..num_gemms-1.
+# C: te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g, int32_t expert, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
+function te_grouped_linear_get_scaling_state(ctx, g, expert, role, info, history, history_cap)
+    ccall((:te_grouped_linear_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Int32, te_tensor_role, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, g, expert, role, info, history, history_cap)
+end
+
+# C: te_status te_grouped_linear_state_save(te_context *ctx, const te_grouped_linear *g, void *buf, size_t capacity, size_t *size)
+function te_grouped_linear_state_save(ctx, g, buf, capacity, size)
+    ccall((:te_grouped_linear_state_save, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ctx, g, buf, capacity, size)
+end
+
+# C: te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear *g, const void *buf, size_t size)
+function te_grouped_linear_state_load(ctx, g, buf, size)
+    ccall((:te_grouped_linear_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{Cvoid}, Csize_t), ctx, g, buf, size)
+end
+
 # Every function above, in header order (the static checks use it).
 const TE_API_FUNCTIONS = (
     :te_version,
@@ -975,4 +1534,49 @@ const TE_API_FUNCTIONS = (
     :te_amax,
     :te_gemm_options_init,
     :te_gemm,
+    :te_norm_options_init,
+    :te_norm_forward_args_init,
+    :te_norm_forward,
+    :te_norm_backward,
+    :te_layernorm_linear_options_init,
+    :te_layernorm_linear_create,
+    :te_layernorm_linear_destroy,
+    :te_layernorm_linear_forward_args_init,
+    :te_layernorm_linear_forward_compute,
+    :te_layernorm_linear_residuals_release,
+    :te_layernorm_linear_forward_save,
+    :te_layernorm_linear_forward,
+    :te_layernorm_linear_grads_init,
+    :te_layernorm_linear_backward,
+    :te_layernorm_linear_backward_ctx_destroy,
+    :te_layernorm_linear_get_scaling_state,
+    :te_layernorm_linear_state_save,
+    :te_layernorm_linear_state_load,
+    :te_layernorm_mlp_options_init,
+    :te_layernorm_mlp_create,
+    :te_layernorm_mlp_destroy,
+    :te_layernorm_mlp_forward_args_init,
+    :te_layernorm_mlp_forward_compute,
+    :te_layernorm_mlp_residuals_release,
+    :te_layernorm_mlp_forward_save,
+    :te_layernorm_mlp_forward,
+    :te_layernorm_mlp_grads_init,
+    :te_layernorm_mlp_backward,
+    :te_layernorm_mlp_backward_ctx_destroy,
+    :te_layernorm_mlp_get_scaling_state,
+    :te_layernorm_mlp_state_save,
+    :te_layernorm_mlp_state_load,
+    :te_grouped_linear_options_init,
+    :te_grouped_linear_create,
+    :te_grouped_linear_destroy,
+    :te_grouped_linear_forward_args_init,
+    :te_grouped_linear_forward_compute,
+    :te_grouped_linear_residuals_release,
+    :te_grouped_linear_forward_save,
+    :te_grouped_linear_forward,
+    :te_grouped_linear_backward,
+    :te_grouped_linear_backward_ctx_destroy,
+    :te_grouped_linear_get_scaling_state,
+    :te_grouped_linear_state_save,
+    :te_grouped_linear_state_load,
 )
