@@ -251,9 +251,10 @@ inline void Program::activation(bool backward_pass) {
   bool mf = false;
   int cs;
   te_context *ctx = ctx_arg(mf, cs);
-  static const int kAct[5] = {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU, TE_ACTIVATION_SWIGLU, 3, -1};
+  static const int kAct[5] = {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU, TE_ACTIVATION_SWIGLU, TE_ACTIVATION_GEGLU, -1};
   const int act = kAct[R.pick(5)];
-  if (act < 0 || act > 2) mf = true;
+  if (act < 0 || act > TE_ACTIVATION_SRELU) mf = true;
+  const bool gated = act == TE_ACTIVATION_SWIGLU || act == TE_ACTIVATION_GEGLU;
   te_activation ae;
   set_enum(ae, act);
   bool odd = false;
@@ -261,7 +262,7 @@ inline void Program::activation(bool backward_pass) {
   if (!(xd >= 0 && xd <= 2)) mf = true;
   const Shape s = gen_shape();
   Shape ys = s;
-  if (act == TE_ACTIVATION_SWIGLU) {
+  if (gated) {
     if (s.cols() % 2) mf = true;
     ys.d[ys.ndim - 1] = std::max<int64_t>(1, s.cols() / 2);
   }
