@@ -19,7 +19,7 @@ te_tensor to_c_tensor(const TensorView &v) {
   return t;
 }
 
-TensorRole to_role(te_tensor_role role) {
+TensorRole to_role(const te_tensor_role &role) {
   const int r = enum_int(role);
   if (r < TE_ROLE_INPUT || r > TE_ROLE_GRAD_OUTPUT)
     fail(Status::InvalidArgument, "argument 'role': expected a te_tensor_role value, got %d", r);
@@ -38,7 +38,7 @@ void read_scaling_state(Context &ctx, const ScalingState &st, te_scaling_state_i
   info->fp8_dtype = static_cast<te_dtype>(st.fp8_dtype());
 }
 
-NormOptions to_norm_options(te_norm_kind kind, float eps, int32_t zero_centered_gamma, const char *opts,
+NormOptions to_norm_options(const te_norm_kind &kind, float eps, int32_t zero_centered_gamma, const char *opts,
                             const char *kind_field) {
   const int k = enum_int(kind);
   if (k != TE_NORM_LAYERNORM && k != TE_NORM_RMSNORM)
@@ -65,7 +65,7 @@ void check_features(int64_t in, int64_t out, const char *in_name, const char *ou
          out_name, (long long)in, (long long)out);
 }
 
-DType to_activation_dtype(te_dtype d, const char *name) {
+DType to_activation_dtype(const te_dtype &d, const char *name) {
   const int act = enum_int(d);
   if (act != TE_DTYPE_F32 && act != TE_DTYPE_F16 && act != TE_DTYPE_BF16)
     fail(Status::InvalidArgument, "argument '%s': expected F32, F16 or BF16, got %d", name, act);

@@ -27,14 +27,15 @@ void check_presence(const TensorView &t, const char *name, bool expected, const 
   if (!expected && t.data) fail(Status::InvalidArgument, "argument '%s': %s, expected NULL", name, why);
 }
 
-void check_output_like(const TensorView &t, const char *name, const TensorView &input, int64_t cols, DType dtype,
-                       const Device &device) {
+void check_output_like(const TensorView &t, const char *name, const TensorView &input, int64_t cols,
+                       const char *cols_name, DType dtype, const Device &device) {
   check_tensor(t, name, dtype, device);
   bool same_lead = t.ndim == input.ndim;
   for (int i = 0; same_lead && i + 1 < t.ndim; ++i) same_lead = t.shape[i] == input.shape[i];
   if (!same_lead || t.cols() != cols)
     fail(Status::InvalidArgument, "argument '%s': expected the input's leading dimensions and last dimension "
-         "%lld, got %d dims with last dimension %lld", name, (long long)cols, t.ndim, (long long)t.cols());
+         "%s=%lld, got %d dims with last dimension %lld", name, cols_name, (long long)cols, t.ndim,
+         (long long)t.cols());
 }
 
 void check_module_fp8_dims(const char *input_name, const char *module_name, int64_t tokens, int64_t n, int64_t k) {

@@ -14,9 +14,10 @@ void check_weight(const TensorView &t, const char *name, int64_t rows, int64_t c
 void check_vector(const TensorView &t, const char *name, int64_t n, DType dtype, const Device &device);
 // Present iff the module has it ("the layer was created with bias, got NULL").
 void check_presence(const TensorView &t, const char *name, bool expected, const char *why);
-// An activation output [..., cols] with the leading dimensions of `input`.
-void check_output_like(const TensorView &t, const char *name, const TensorView &input, int64_t cols, DType dtype,
-                       const Device &device);
+// An activation output [..., cols] with the leading dimensions of `input`; `cols_name` names the
+// module option that sets cols ("out_features").
+void check_output_like(const TensorView &t, const char *name, const TensorView &input, int64_t cols,
+                       const char *cols_name, DType dtype, const Device &device);
 // The FP8 dimension rule for a module's GEMM, naming the input when the tokens are the culprit.
 void check_module_fp8_dims(const char *input_name, const char *module_name, int64_t tokens, int64_t n, int64_t k);
 

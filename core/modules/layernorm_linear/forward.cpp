@@ -19,7 +19,7 @@ void validate_forward(Context &ctx, const LayerNormLinearOptions &o, const Layer
   check_presence(a.bias, "args->bias", o.bias,
                  o.bias ? "the layer was created with bias" : "the layer was created without bias");
   if (a.bias.data) check_vector(a.bias, "args->bias", o.out_features, dt, dev);
-  check_output_like(y, "y", a.input, o.out_features, dt, dev);
+  check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
 
 }  // namespace

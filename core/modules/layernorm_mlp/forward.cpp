@@ -22,7 +22,7 @@ void validate_forward(Context &ctx, const LayerNormMlpOptions &o, const LayerNor
   check_presence(a.fc2_bias, "args->fc2_bias", o.bias, why);
   if (a.fc1_bias.data) check_vector(a.fc1_bias, "args->fc1_bias", o.fc1_out(), dt, dev);
   if (a.fc2_bias.data) check_vector(a.fc2_bias, "args->fc2_bias", o.hidden, dt, dev);
-  check_output_like(y, "y", a.input, o.hidden, dt, dev);
+  check_output_like(y, "y", a.input, o.hidden, "hidden_size", dt, dev);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "base/check.h"
+#include "modules/common/validate.h"
 #include "modules/linear/linear.h"
 
 namespace te {
@@ -7,29 +7,19 @@ namespace {
 
 void validate_backward(const Context &ctx, const LinearSaved &s, const LinearBackwardArgs &a) {
   const LinearOptions &o = s.layer->opts;
-  const int64_t tokens = s.proj.tokens;
   const Device &dev = ctx.device();
-  check_dtype(a.dy, "dy", o.activation_dtype);
-  check_device(a.dy, "dy", dev);
+  const DType dt = o.activation_dtype;
+  const int64_t tokens = s.proj.tokens;
+  check_tensor(a.dy, "dy", dt, dev);
   check_matrix(a.dy, "dy", tokens, o.out_features);
   if (a.dx.data) {
-    check_dtype(a.dx, "dx", o.activation_dtype);
-    check_device(a.dx, "dx", dev);
+    check_tensor(a.dx, "dx", dt, dev);
     check_matrix(a.dx, "dx", tokens, o.in_features);
   }
-  if (a.dw.data) {
-    check_dtype(a.dw, "dw", o.fuse_wgrad_accumulation ? DType::F32 : o.activation_dtype);
-    check_device(a.dw, "dw", dev);
-    if (a.dw.ndim != 2) fail(Status::InvalidArgument, "argument 'dw': expected 2 dimensions, got %d", a.dw.ndim);
-    check_matrix(a.dw, "dw", o.out_features, o.in_features);
-  }
+  if (a.dw.data) check_weight(a.dw, "dw", o.out_features, o.in_features, o.fuse_wgrad_accumulation ? DType::F32 : dt, dev);
   if (a.db.data) {
     if (!o.bias) fail(Status::InvalidArgument, "argument 'db': the layer has no bias, expected NULL");
-    check_dtype(a.db, "db", o.activation_dtype);
-    check_device(a.db, "db", dev);
-    if (a.db.ndim != 1 || a.db.shape[0] != o.out_features)
-      fail(Status::InvalidArgument, "argument 'db': expected shape [%lld], got %d dims, %lld elements",
-           (long long)o.out_features, a.db.ndim, (long long)a.db.numel());
+    check_vector(a.db, "db", o.out_features, dt, dev);
   }
 }
 

@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "base/check.h"
+#include "modules/common/validate.h"
 #include "modules/linear/linear.h"
 
 namespace te {
@@ -12,33 +12,16 @@ namespace {
 
 void validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardArgs &a, const TensorView &y) {
   const Device &dev = ctx.device();
-  check_dtype(a.input, "args->input", o.activation_dtype);
-  check_device(a.input, "args->input", dev);
+  const DType dt = o.activation_dtype;
+  check_tensor(a.input, "args->input", dt, dev);
   if (a.input.cols() != o.in_features)
     fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
          (long long)o.in_features, (long long)a.input.cols());
-  check_dtype(a.weight, "args->weight", o.activation_dtype);
-  check_device(a.weight, "args->weight", dev);
-  if (a.weight.ndim != 2) fail(Status::InvalidArgument, "argument 'args->weight': expected 2 dimensions, got %d", a.weight.ndim);
-  check_matrix(a.weight, "args->weight", o.out_features, o.in_features);
-  if (o.bias && !a.bias.data)
-    fail(Status::InvalidArgument, "argument 'args->bias': the layer was created with bias, got NULL");
-  if (!o.bias && a.bias.data)
-    fail(Status::InvalidArgument, "argument 'args->bias': the layer was created without bias, expected NULL");
-  if (a.bias.data) {
-    check_dtype(a.bias, "args->bias", o.activation_dtype);
-    check_device(a.bias, "args->bias", dev);
-    if (a.bias.ndim != 1 || a.bias.shape[0] != o.out_features)
-      fail(Status::InvalidArgument, "argument 'args->bias': expected shape [%lld], got %d dims, %lld elements",
-           (long long)o.out_features, a.bias.ndim, (long long)a.bias.numel());
-  }
-  check_dtype(y, "y", o.activation_dtype);
-  check_device(y, "y", dev);
-  bool same_lead = y.ndim == a.input.ndim;
-  for (int i = 0; same_lead && i + 1 < y.ndim; ++i) same_lead = y.shape[i] == a.input.shape[i];
-  if (!same_lead || y.cols() != o.out_features)
-    fail(Status::InvalidArgument, "argument 'y': expected the input's leading dimensions and last dimension "
-         "out_features=%lld, got %d dims with last dimension %lld", (long long)o.out_features, y.ndim, (long long)y.cols());
+  check_weight(a.weight, "args->weight", o.out_features, o.in_features, dt, dev);
+  check_presence(a.bias, "args->bias", o.bias,
+                 o.bias ? "the layer was created with bias" : "the layer was created without bias");
+  if (a.bias.data) check_vector(a.bias, "args->bias", o.out_features, dt, dev);
+  check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
 
 }  // namespace
@@ -52,11 +35,7 @@ void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &
   Autocast &ac = ctx.autocast();
   const ForwardMode mode = ForwardMode::of(ac);
   const ProjectionDims dims{args.input.rows(), o.in_features, o.out_features};
-  if (mode.fp8) {
-    // Name the culprit: the tokens come from the input, the features from the layer.
-    const char *culprit = dims.tokens % 16 ? "argument 'args->input'" : "argument 'lin'";
-    check_fp8_dims(culprit, dims.tokens, o.out_features, o.in_features);
-  }
+  if (mode.fp8) check_module_fp8_dims("args->input", "lin", dims.tokens, o.out_features, o.in_features);
   const TensorView x2d = make_view(args.input.data, args.input.dtype, args.input.device, dims.tokens, o.in_features);
   const TensorView y2d = make_view(y.data, y.dtype, y.device, dims.tokens, o.out_features);
 

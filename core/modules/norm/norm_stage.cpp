@@ -19,7 +19,7 @@ void check_norm_params(const NormOptions &o, const NormInputs &in, const TensorV
   const bool layer = o.kind == NormKind::LayerNorm;
   check_presence(in.beta, beta_name, layer, layer ? "LayerNorm takes a beta" : "RMSNorm has no beta");
   if (in.beta.data) check_vector(in.beta, beta_name, hidden, dtype, device);
-  if (ln_out.data) check_output_like(ln_out, ln_out_name, input, hidden, dtype, device);
+  if (ln_out.data) check_output_like(ln_out, ln_out_name, input, hidden, "the input's", dtype, device);
 }
 
 NormForwardStep::NormForwardStep(Backend &be, const NormOptions &o, const NormInputs &in, bool fused, bool keep_hp,
