@@ -1,4 +1,4 @@
-#include "module_common.h"
+#include "module_shims.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 
 using namespace te;
@@ -6,13 +6,16 @@ using namespace te::capi;
 
 namespace {
 
-LayerNormLinear *to_module(const te_layernorm_linear *h, const char *name = "m") {
-  return from_handle<LayerNormLinear>(h, HandleKind::LayerNormLinear, name);
-}
-
-void check_same_context(const Context *c, const LayerNormLinear *m) {
-  if (&m->core()->ctx != c) fail(Status::InvalidArgument, "argument 'm': created with another te_context than 'ctx'");
-}
+struct M {
+  using Module = LayerNormLinear;
+  using Saved = LayerNormLinearSaved;
+  using BackwardCtx = LayerNormLinearBackwardCtx;
+  static constexpr HandleKind kModule = HandleKind::LayerNormLinear, kSaved = HandleKind::LayerNormLinearResiduals,
+                             kBackward = HandleKind::LayerNormLinearBackwardCtx;
+  static constexpr const char *kModuleType = "te_layernorm_linear", *kResidualsType = "te_layernorm_linear_residuals",
+                              *kComputeFn = "te_layernorm_linear_forward_compute";
+  static auto &pools(Context &c) { return layernorm_linear_pools(c); }
+};
 
 LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
   check_options(a, "args");
@@ -28,18 +31,11 @@ LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
   return r;
 }
 
-LayerNormLinearSaved *saved_of(te_layernorm_linear_residuals *r, const char *name) {
-  check_options(r, name);
-  return static_cast<LayerNormLinearSaved *>(residuals_of(r->internal, HandleKind::LayerNormLinearResiduals, name,
-                                                          "te_layernorm_linear_residuals",
-                                                          "te_layernorm_linear_forward_compute"));
-}
-
 LayerNormLinearSaved *forward_compute(te_context *ctx, te_layernorm_linear *m,
                                       const te_layernorm_linear_forward_args *args, te_tensor *y) {
   Context *c = to_context(ctx);
-  LayerNormLinear *l = to_module(m);
-  check_same_context(c, l);
+  LayerNormLinear *l = to_module<M>(m);
+  check_same_context<M>(c, l);
   LayerNormLinearForwardArgs a = to_core(args);
   TensorView yv = to_view(y, "y");
   return layernorm_linear_forward_compute(*c, *l, a, yv);
@@ -111,11 +107,7 @@ TE_API te_status te_layernorm_linear_forward_compute(te_context *ctx, te_layerno
 }
 
 TE_API void te_layernorm_linear_residuals_release(te_layernorm_linear_residuals *residuals) {
-  if (!residuals) return;
-  if (auto *s = live_or_null<LayerNormLinearSaved>(residuals->internal, HandleKind::LayerNormLinearResiduals)) {
-    layernorm_linear_pools(*s->ctx).saved.release(s);
-    residuals->internal = nullptr;
-  }
+  if (residuals) release_residuals<M>(&residuals->internal);
 }
 
 TE_API te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_linear *m,
@@ -123,16 +115,11 @@ TE_API te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_
                                                   te_layernorm_linear_backward_ctx **out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormLinear *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(out, "out");
-    LayerNormLinearSaved *s = saved_of(residuals, "residuals");
-    if (s->layer != l->core())
-      fail(Status::InvalidArgument, "argument 'residuals': made by another te_layernorm_linear than 'm'");
-    LayerNormLinearBackwardCtx *b = layernorm_linear_pools(*c).backward.acquire(*c);  // may throw: nothing moved yet
-    s->retire();  // the struct (and every copy of it) no longer names the residuals
-    b->saved = s;
-    residuals->internal = nullptr;
+    check_options(residuals, "residuals");
+    LayerNormLinearBackwardCtx *b = save_residuals<M>(*c, *l, &residuals->internal, "residuals");
     *out = b->as_public<te_layernorm_linear_backward_ctx>();
   });
 }
@@ -143,15 +130,7 @@ TE_API te_status te_layernorm_linear_forward(te_context *ctx, te_layernorm_linea
   return guarded(__func__, [&] {
     check_not_null(out, "out");
     Context *c = to_context(ctx);
-    // The backward context first: once the forward ran, nothing may fail.
-    LayerNormLinearBackwardCtx *b = layernorm_linear_pools(*c).backward.acquire(*c);
-    try {
-      b->saved = forward_compute(ctx, m, args, y);
-      b->saved->retire();  // owned by the backward context: no residuals handle names it
-    } catch (...) {
-      layernorm_linear_pools(*c).backward.release(b);
-      throw;
-    }
+    LayerNormLinearBackwardCtx *b = forward_into_backward<M>(*c, [&] { return forward_compute(ctx, m, args, y); });
     *out = b->as_public<te_layernorm_linear_backward_ctx>();
   });
 }
@@ -169,8 +148,7 @@ TE_API te_status te_layernorm_linear_backward(te_context *ctx, te_layernorm_line
                                               const te_linear_backward_args *args) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    auto *b = from_handle<LayerNormLinearBackwardCtx>(bwd, HandleKind::LayerNormLinearBackwardCtx, "bwd");
-    if (b->ctx.get() != c) fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
+    LayerNormLinearBackwardCtx *b = to_backward<M>(c, bwd);
     const bool once = backward_once(args);
     const TensorView dyv = to_view(dy, "dy");
     LayerNormLinearGrads g;
@@ -186,18 +164,15 @@ TE_API te_status te_layernorm_linear_backward(te_context *ctx, te_layernorm_line
   });
 }
 
-TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd) {
-  if (auto *b = live_or_null<LayerNormLinearBackwardCtx>(bwd, HandleKind::LayerNormLinearBackwardCtx))
-    layernorm_linear_pools(*b->ctx).backward.release(b);
-}
+TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd) { destroy_backward<M>(bwd); }
 
 TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te_layernorm_linear *m,
                                                        te_tensor_role role, te_scaling_state_info *info,
                                                        float *history, size_t history_cap) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormLinear *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     read_scaling_state(*c, l->core()->proj.state(to_role(role)), info, history, history_cap);
   });
 }
@@ -206,8 +181,8 @@ TE_API te_status te_layernorm_linear_state_save(te_context *ctx, const te_layern
                                                 size_t capacity, size_t *size) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormLinear *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(size, "size");
     const size_t need = layernorm_linear_state_size(*c, *l);
     if (buf) layernorm_linear_state_save(*c, *l, buf, capacity);
@@ -219,8 +194,8 @@ TE_API te_status te_layernorm_linear_state_load(te_context *ctx, te_layernorm_li
                                                 size_t size) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormLinear *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(buf, "buf");
     layernorm_linear_state_load(*c, *l, buf, size);
   });

@@ -1,4 +1,4 @@
-#include "module_common.h"
+#include "module_shims.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
 
 using namespace te;
@@ -6,13 +6,16 @@ using namespace te::capi;
 
 namespace {
 
-LayerNormMlp *to_module(const te_layernorm_mlp *h, const char *name = "m") {
-  return from_handle<LayerNormMlp>(h, HandleKind::LayerNormMlp, name);
-}
-
-void check_same_context(const Context *c, const LayerNormMlp *m) {
-  if (&m->core()->ctx != c) fail(Status::InvalidArgument, "argument 'm': created with another te_context than 'ctx'");
-}
+struct M {
+  using Module = LayerNormMlp;
+  using Saved = LayerNormMlpSaved;
+  using BackwardCtx = LayerNormMlpBackwardCtx;
+  static constexpr HandleKind kModule = HandleKind::LayerNormMlp, kSaved = HandleKind::LayerNormMlpResiduals,
+                             kBackward = HandleKind::LayerNormMlpBackwardCtx;
+  static constexpr const char *kModuleType = "te_layernorm_mlp", *kResidualsType = "te_layernorm_mlp_residuals",
+                              *kComputeFn = "te_layernorm_mlp_forward_compute";
+  static auto &pools(Context &c) { return layernorm_mlp_pools(c); }
+};
 
 LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
   check_options(a, "args");
@@ -30,18 +33,11 @@ LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
   return r;
 }
 
-LayerNormMlpSaved *saved_of(te_layernorm_mlp_residuals *r, const char *name) {
-  check_options(r, name);
-  return static_cast<LayerNormMlpSaved *>(residuals_of(r->internal, HandleKind::LayerNormMlpResiduals, name,
-                                                          "te_layernorm_mlp_residuals",
-                                                          "te_layernorm_mlp_forward_compute"));
-}
-
 LayerNormMlpSaved *forward_compute(te_context *ctx, te_layernorm_mlp *m,
                                       const te_layernorm_mlp_forward_args *args, te_tensor *y) {
   Context *c = to_context(ctx);
-  LayerNormMlp *l = to_module(m);
-  check_same_context(c, l);
+  LayerNormMlp *l = to_module<M>(m);
+  check_same_context<M>(c, l);
   LayerNormMlpForwardArgs a = to_core(args);
   TensorView yv = to_view(y, "y");
   return layernorm_mlp_forward_compute(*c, *l, a, yv);
@@ -123,11 +119,7 @@ TE_API te_status te_layernorm_mlp_forward_compute(te_context *ctx, te_layernorm_
 }
 
 TE_API void te_layernorm_mlp_residuals_release(te_layernorm_mlp_residuals *residuals) {
-  if (!residuals) return;
-  if (auto *s = live_or_null<LayerNormMlpSaved>(residuals->internal, HandleKind::LayerNormMlpResiduals)) {
-    layernorm_mlp_pools(*s->ctx).saved.release(s);
-    residuals->internal = nullptr;
-  }
+  if (residuals) release_residuals<M>(&residuals->internal);
 }
 
 TE_API te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp *m,
@@ -135,16 +127,11 @@ TE_API te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp
                                                   te_layernorm_mlp_backward_ctx **out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormMlp *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(out, "out");
-    LayerNormMlpSaved *s = saved_of(residuals, "residuals");
-    if (s->layer != l->core())
-      fail(Status::InvalidArgument, "argument 'residuals': made by another te_layernorm_mlp than 'm'");
-    LayerNormMlpBackwardCtx *b = layernorm_mlp_pools(*c).backward.acquire(*c);  // may throw: nothing moved yet
-    s->retire();  // the struct (and every copy of it) no longer names the residuals
-    b->saved = s;
-    residuals->internal = nullptr;
+    check_options(residuals, "residuals");
+    LayerNormMlpBackwardCtx *b = save_residuals<M>(*c, *l, &residuals->internal, "residuals");
     *out = b->as_public<te_layernorm_mlp_backward_ctx>();
   });
 }
@@ -155,15 +142,7 @@ TE_API te_status te_layernorm_mlp_forward(te_context *ctx, te_layernorm_mlp *m,
   return guarded(__func__, [&] {
     check_not_null(out, "out");
     Context *c = to_context(ctx);
-    // The backward context first: once the forward ran, nothing may fail.
-    LayerNormMlpBackwardCtx *b = layernorm_mlp_pools(*c).backward.acquire(*c);
-    try {
-      b->saved = forward_compute(ctx, m, args, y);
-      b->saved->retire();  // owned by the backward context: no residuals handle names it
-    } catch (...) {
-      layernorm_mlp_pools(*c).backward.release(b);
-      throw;
-    }
+    LayerNormMlpBackwardCtx *b = forward_into_backward<M>(*c, [&] { return forward_compute(ctx, m, args, y); });
     *out = b->as_public<te_layernorm_mlp_backward_ctx>();
   });
 }
@@ -181,8 +160,7 @@ TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_bac
                                               const te_linear_backward_args *args) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    auto *b = from_handle<LayerNormMlpBackwardCtx>(bwd, HandleKind::LayerNormMlpBackwardCtx, "bwd");
-    if (b->ctx.get() != c) fail(Status::InvalidArgument, "argument 'bwd': made with another te_context than 'ctx'");
+    LayerNormMlpBackwardCtx *b = to_backward<M>(c, bwd);
     const bool once = backward_once(args);
     const TensorView dyv = to_view(dy, "dy");
     LayerNormMlpGrads g;
@@ -200,18 +178,15 @@ TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_bac
   });
 }
 
-TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd) {
-  if (auto *b = live_or_null<LayerNormMlpBackwardCtx>(bwd, HandleKind::LayerNormMlpBackwardCtx))
-    layernorm_mlp_pools(*b->ctx).backward.release(b);
-}
+TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd) { destroy_backward<M>(bwd); }
 
 TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m, te_mlp_gemm gemm,
                                                     te_tensor_role role, te_scaling_state_info *info,
                                                     float *history, size_t history_cap) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormMlp *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     const int which = enum_int(gemm);
     if (which != TE_MLP_FC1 && which != TE_MLP_FC2)
       fail(Status::InvalidArgument, "argument 'gemm': expected TE_MLP_FC1 or TE_MLP_FC2, got %d", which);
@@ -224,8 +199,8 @@ TE_API te_status te_layernorm_mlp_state_save(te_context *ctx, const te_layernorm
                                                 size_t capacity, size_t *size) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormMlp *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(size, "size");
     const size_t need = layernorm_mlp_state_size(*c, *l);
     if (buf) layernorm_mlp_state_save(*c, *l, buf, capacity);
@@ -237,8 +212,8 @@ TE_API te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *
                                                 size_t size) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module(m);
-    check_same_context(c, l);
+    LayerNormMlp *l = to_module<M>(m);
+    check_same_context<M>(c, l);
     check_not_null(buf, "buf");
     layernorm_mlp_state_load(*c, *l, buf, size);
   });
