@@ -1,6 +1,8 @@
 // GPU benchmarks through the public C API on a CUDA context, printed as one JSON object:
 //   copy            a device-to-device copy of the cast's input bytes: the bandwidth ceiling
 //   cast_transpose  BF16 [rows, cols] -> E4M3 + its transpose, delayed scaling (amax fused)
+//   norm_cast       LayerNorm / RMSNorm of BF16 [rows, hidden] -> E4M3 + its transpose + amax
+//                   (+ mu, rsigma) in one pass, against a copy of the input's bytes
 //   gemm_fp8        E4M3 x E4M3 -> BF16, per-tensor scales, fast accumulation, TN
 //   linear          te_linear forward + backward, delayed scaling, HYBRID, BF16 activations
 //   host_forward    host time per te_linear_forward call inside an unsynchronised training loop
@@ -127,6 +129,56 @@ void bench_cast(te_context *ctx, te_device dev, int64_t rows, int64_t cols) {
   te_context_free(ctx, f);
 }
 
+// The fused norm + FP8 cast: reads BF16 x (2 bytes per element), writes out and out_t (1 + 1), the
+// same bytes as a copy of x; mu / rsigma / amax are a few bytes per row.
+void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidden, te_norm_kind kind) {
+  const std::string name = std::string(kind == TE_NORM_LAYERNORM ? "norm_cast_layernorm_" : "norm_cast_rmsnorm_") +
+                           std::to_string(rows) + "x" + std::to_string(hidden);
+  const size_t n = static_cast<size_t>(rows * hidden);
+  DeviceBf16 x(ctx, n, 1.0f, 8), gamma(ctx, static_cast<size_t>(hidden), 0.1f, 9), beta(ctx, static_cast<size_t>(hidden), 0.1f, 10);
+  void *copy_dst = device_alloc(ctx, n * 2);
+  void *out = device_alloc(ctx, n), *out_t = device_alloc(ctx, n);
+  void *stats = device_alloc(ctx, static_cast<size_t>(rows) * 2 * sizeof(float));
+  float *f = static_cast<float *>(device_alloc(ctx, 4 * sizeof(float)));  // scale, amax, sinv x2
+  const float host_init[4] = {100.0f, 0.0f, 0.0f, 0.0f};
+  CHECK(te_context_copy(ctx, f, host_init, sizeof host_init, TE_COPY_HOST_TO_DEVICE));
+  te_tensor tx = tensor(x.ptr, TE_DTYPE_BF16, rows, hidden, dev);
+  te_tensor tg = tensor(gamma.ptr, TE_DTYPE_BF16, hidden, 1, dev), tb = tensor(beta.ptr, TE_DTYPE_BF16, hidden, 1, dev);
+  tg.ndim = tb.ndim = 1;
+  te_tensor tmu = tensor(stats, TE_DTYPE_F32, rows, 1, dev);
+  te_tensor trs = tensor(static_cast<float *>(stats) + rows, TE_DTYPE_F32, rows, 1, dev);
+  tmu.ndim = trs.ndim = 1;
+  te_tensor to = tensor(out, TE_DTYPE_E4M3, rows, hidden, dev), tt = tensor(out_t, TE_DTYPE_E4M3, hidden, rows, dev);
+  to.scale_inv = f + 2;
+  tt.scale_inv = f + 3;
+  te_quantize_options q;
+  CHECK(te_quantize_options_init(&q));
+  q.scale = f;
+  q.amax = f + 1;
+  te_norm_options o;
+  CHECK(te_norm_options_init(&o));
+  o.kind = kind;
+  te_norm_forward_args a;
+  CHECK(te_norm_forward_args_init(&a));
+  a.input = &tx;
+  a.weight = &tg;
+  a.bias = kind == TE_NORM_LAYERNORM ? &tb : nullptr;
+  a.output = &to;
+  a.output_t = &tt;
+  a.mu = kind == TE_NORM_LAYERNORM ? &tmu : nullptr;
+  a.rsigma = &trs;
+  a.quantize = &q;
+  double t_copy = time_per_call(ctx, [&] {
+    CHECK(te_context_copy(ctx, copy_dst, x.ptr, n * 2, TE_COPY_DEVICE_TO_DEVICE));
+  }, 20);
+  double t_norm = time_per_call(ctx, [&] { CHECK(te_norm_forward(ctx, &o, &a)); }, 20);
+  double copy_bw = 4.0 * n / t_copy, norm_bw = 4.0 * n / t_norm;
+  emit(name, num("ms", t_norm * 1e3) + ", " + num("TBps", norm_bw / 1e12) + ", " + num("copy_ms", t_copy * 1e3) + ", " +
+                 num("copy_TBps", copy_bw / 1e12) + ", " + num("fraction_of_copy", norm_bw / copy_bw));
+  for (void *p : {copy_dst, out, out_t, stats}) te_context_free(ctx, p);
+  te_context_free(ctx, f);
+}
+
 void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k) {
   // Random FP8 operands: quantize random BF16 (current scaling) once.
   DeviceBf16 a16(ctx, static_cast<size_t>(m * k), 1.0f, 2), b16(ctx, static_cast<size_t>(n * k), 1.0f, 3);
@@ -240,6 +292,12 @@ int main(int argc, char **argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   bench_cast(ctx, dev, 16384, 4096);
   if (!quick) bench_cast(ctx, dev, 16384, 14336);
+  bench_norm_cast(ctx, dev, 16384, 4096, TE_NORM_LAYERNORM);
+  bench_norm_cast(ctx, dev, 16384, 4096, TE_NORM_RMSNORM);
+  if (!quick) {
+    bench_norm_cast(ctx, dev, 16384, 8192, TE_NORM_LAYERNORM);
+    bench_norm_cast(ctx, dev, 16384, 8192, TE_NORM_RMSNORM);
+  }
   bench_gemm(ctx, dev, 8192, 8192, 8192);
   if (!quick) {
     bench_gemm(ctx, dev, 16384, 4096, 4096);

@@ -8,22 +8,25 @@ using namespace te;
 using namespace te::capi;
 
 static_assert(TE_ACTIVATION_SWIGLU == static_cast<int>(Activation::SwiGLU), "activations must match the core");
+static_assert(TE_ACTIVATION_GEGLU == static_cast<int>(Activation::GeGLU), "activations must match the core");
+static_assert(TE_ACTIVATION_SRELU == static_cast<int>(Activation::SReLU), "activations must match the core");
 static_assert(TE_EPILOGUE_BIAS_GELU == static_cast<int>(Epilogue::BiasGelu), "epilogues must match the core");
 
 namespace {
 
 Activation to_activation(const te_activation &act) {
   const int a = enum_int(act);
-  if (a < TE_ACTIVATION_RELU || a > TE_ACTIVATION_SWIGLU)
+  if (a < TE_ACTIVATION_RELU || a > TE_ACTIVATION_SRELU)
     fail(Status::InvalidArgument, "argument 'act': expected a te_activation value, got %d", a);
   return static_cast<Activation>(a);
 }
 
-// y's expected shape: x's, with the last dimension halved for SwiGLU.
+// y's expected shape: x's, with the last dimension halved for the gated SwiGLU and GEGLU.
 void check_activation_output(Activation act, const TensorView &x, const TensorView &y, const char *name) {
-  if (act == Activation::SwiGLU && x.cols() % 2)
-    fail(Status::InvalidArgument, "argument 'x': SwiGLU needs an even last dimension, got %lld", (long long)x.cols());
-  int64_t cols = act == Activation::SwiGLU ? x.cols() / 2 : x.cols();
+  if (is_gated(act) && x.cols() % 2)
+    fail(Status::InvalidArgument, "argument 'x': %s needs an even last dimension, got %lld",
+         act == Activation::GeGLU ? "GEGLU" : "SwiGLU", (long long)x.cols());
+  int64_t cols = is_gated(act) ? x.cols() / 2 : x.cols();
   bool ok = y.ndim == x.ndim && y.cols() == cols;
   for (int i = 0; ok && i + 1 < x.ndim; ++i) ok = y.shape[i] == x.shape[i];
   if (!ok)

@@ -637,10 +637,17 @@ TEST_F(Primitives, GemmAccumulate) {
 // ---- activations ---------------------------------------------------------------------------------
 
 double act_ref(te_activation act, double x) {
-  return act == TE_ACTIVATION_RELU ? std::max(x, 0.0) : gelu_ref(x);
+  if (act == TE_ACTIVATION_RELU) return std::max(x, 0.0);
+  if (act == TE_ACTIVATION_SRELU) return std::max(x, 0.0) * std::max(x, 0.0);
+  return gelu_ref(x);
 }
 double act_grad_ref(te_activation act, double x) {
-  return act == TE_ACTIVATION_RELU ? (x > 0 ? 1.0 : 0.0) : gelu_grad_ref(x);
+  if (act == TE_ACTIVATION_RELU) return x > 0 ? 1.0 : 0.0;
+  if (act == TE_ACTIVATION_SRELU) return x > 0 ? 2.0 * x : 0.0;
+  return gelu_grad_ref(x);
+}
+const char *act_name(te_activation act) {
+  return act == TE_ACTIVATION_RELU ? "relu " : act == TE_ACTIVATION_SRELU ? "srelu " : "gelu ";
 }
 
 // Inputs in [-5, 5] kept away from ReLU's kink (finite differences need |x| > h).
@@ -661,9 +668,9 @@ double act_tol(double x, double y, te_dtype dt) {
 }
 
 TEST_F(Primitives, ElementwiseActivationsForwardBackward) {
-  for (te_activation act : {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU})
+  for (te_activation act : {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU, TE_ACTIVATION_SRELU})
     for (te_dtype dt : {TE_DTYPE_F32, TE_DTYPE_BF16, TE_DTYPE_F16}) {
-      SCOPED_TRACE(std::string(act == TE_ACTIVATION_RELU ? "relu " : "gelu ") + dtype_name(dt));
+      SCOPED_TRACE(std::string(act_name(act)) + dtype_name(dt));
       HostTensor x = act_input(dt, {6, 40}, 50), dy = random_tensor(dt, {6, 40}, -2, 2, 51);
       HostTensor y = make_tensor(dt, {6, 40}), dx = make_tensor(dt, {6, 40});
       ASSERT_TE_OK(te_activation_forward(ctx_, act, x.get(), y.get()));
@@ -686,7 +693,7 @@ TEST_F(Primitives, ElementwiseBackwardMatchesFiniteDifferencesOfForward) {
   // Central differences of the library's own forward (F32), step h: truncation ~ h^2 |f'''| / 6
   // (<= 2e-5 here) plus fp32 rounding ~ 2 * 2^-24 * |y| / (2h) (<= 2e-5): tolerance 2e-4.
   const float h = 1e-2f;
-  for (te_activation act : {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU}) {
+  for (te_activation act : {TE_ACTIVATION_RELU, TE_ACTIVATION_GELU, TE_ACTIVATION_SRELU}) {
     HostTensor x = act_input(TE_DTYPE_F32, {4, 32}, 52);
     HostTensor ones = make_tensor(TE_DTYPE_F32, {4, 32}, std::vector<float>(128, 1.0f));
     HostTensor xp = x.clone(), xm = x.clone();
@@ -706,22 +713,24 @@ TEST_F(Primitives, ElementwiseBackwardMatchesFiniteDifferencesOfForward) {
   }
 }
 
-TEST_F(Primitives, SwiGLU) {
+// A gated activation over x = [a | b] (gate rows first): y = gate(a) * b and its gradient against
+// fp64, then against finite differences of the library's own forward.
+void check_gated(te_context *ctx, te_activation act, double (*gate)(double), double (*gate_grad)(double)) {
   const int64_t T = 3, H = 24;  // x [T, 2H] -> y [T, H]
   for (te_dtype dt : {TE_DTYPE_F32, TE_DTYPE_BF16}) {
     SCOPED_TRACE(dtype_name(dt));
     HostTensor x = random_tensor(dt, {T, 2 * H}, -4, 4, 53), dy = random_tensor(dt, {T, H}, -2, 2, 54);
     HostTensor y = make_tensor(dt, {T, H}), dx = make_tensor(dt, {T, 2 * H});
-    ASSERT_TE_OK(te_activation_forward(ctx_, TE_ACTIVATION_SWIGLU, x.get(), y.get()));
-    ASSERT_TE_OK(te_activation_backward(ctx_, TE_ACTIVATION_SWIGLU, x.get(), dy.get(), dx.get()));
+    ASSERT_TE_OK(te_activation_forward(ctx, act, x.get(), y.get()));
+    ASSERT_TE_OK(te_activation_backward(ctx, act, x.get(), dy.get(), dx.get()));
     int bad = 0;
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < H; ++j) {
         double a = x.at(t * 2 * H + j), b = x.at(t * 2 * H + H + j), g = dy.at(t * H + j);
-        double want = silu_ref(a) * b;
+        double want = gate(a) * b;
         if (!(std::fabs(y.at(t * H + j) - want) <= act_tol(std::fabs(a * b), want, dt)) && bad++ < 5)
           ADD_FAILURE() << "y(" << t << "," << j << ") = " << y.at(t * H + j) << " want " << want;
-        double da = g * silu_grad_ref(a) * b, db = g * silu_ref(a);
+        double da = g * gate_grad(a) * b, db = g * gate(a);
         double ta = act_tol(4 * std::fabs(a * b * g), da, dt) + 1e-6, tb = act_tol(4 * std::fabs(a * g), db, dt) + 1e-6;
         if (!(std::fabs(dx.at(t * 2 * H + j) - da) <= ta) && bad++ < 5)
           ADD_FAILURE() << "dx_a(" << t << "," << j << ") = " << dx.at(t * 2 * H + j) << " want " << da;
@@ -736,7 +745,7 @@ TEST_F(Primitives, SwiGLU) {
   HostTensor x = random_tensor(TE_DTYPE_F32, {T, 2 * H}, -4, 4, 55);
   HostTensor ones = make_tensor(TE_DTYPE_F32, {T, H}, std::vector<float>(static_cast<size_t>(T * H), 1.0f));
   HostTensor dx = make_tensor(TE_DTYPE_F32, {T, 2 * H});
-  ASSERT_TE_OK(te_activation_backward(ctx_, TE_ACTIVATION_SWIGLU, x.get(), ones.get(), dx.get()));
+  ASSERT_TE_OK(te_activation_backward(ctx, act, x.get(), ones.get(), dx.get()));
   for (int half = 0; half < 2; ++half) {
     HostTensor xp = x.clone(), xm = x.clone();
     for (int64_t t = 0; t < T; ++t)
@@ -746,8 +755,8 @@ TEST_F(Primitives, SwiGLU) {
         xm.set(i, static_cast<float>(x.at(i)) - h);
       }
     HostTensor yp = make_tensor(TE_DTYPE_F32, {T, H}), ym = make_tensor(TE_DTYPE_F32, {T, H});
-    ASSERT_TE_OK(te_activation_forward(ctx_, TE_ACTIVATION_SWIGLU, xp.get(), yp.get()));
-    ASSERT_TE_OK(te_activation_forward(ctx_, TE_ACTIVATION_SWIGLU, xm.get(), ym.get()));
+    ASSERT_TE_OK(te_activation_forward(ctx, act, xp.get(), yp.get()));
+    ASSERT_TE_OK(te_activation_forward(ctx, act, xm.get(), ym.get()));
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < H; ++j) {
         int64_t i = t * 2 * H + half * H + j;
@@ -755,6 +764,29 @@ TEST_F(Primitives, SwiGLU) {
         EXPECT_NEAR(dx.at(i), fd, 5e-4 * (1 + std::fabs(x.at(t * 2 * H + H + j)))) << (half ? "up " : "gate ") << t << "," << j;
       }
   }
+}
+
+TEST_F(Primitives, SwiGLU) { check_gated(ctx_, TE_ACTIVATION_SWIGLU, silu_ref, silu_grad_ref); }
+TEST_F(Primitives, GEGLU) { check_gated(ctx_, TE_ACTIVATION_GEGLU, gelu_ref, gelu_grad_ref); }
+
+// GEGLU has SwiGLU's shape rule (an even last dimension, halved in y and dy); SReLU keeps x's.
+TEST_F(Primitives, GatedShapeRule) {
+  const char *ff = "te_activation_forward", *fb = "te_activation_backward";
+  HostTensor x = random_tensor(TE_DTYPE_F32, {4, 32}, -1, 1, 56), x_odd = random_tensor(TE_DTYPE_F32, {4, 31}, -1, 1, 57);
+  HostTensor y_full = make_tensor(TE_DTYPE_F32, {4, 32}), y_half = make_tensor(TE_DTYPE_F32, {4, 16});
+  HostTensor y_odd = make_tensor(TE_DTYPE_F32, {4, 15}), dx = make_tensor(TE_DTYPE_F32, {4, 32});
+  HostTensor dy_half = random_tensor(TE_DTYPE_F32, {4, 16}, -1, 1, 58), dy_full = random_tensor(TE_DTYPE_F32, {4, 32}, -1, 1, 59);
+  const te_activation G = TE_ACTIVATION_GEGLU, S = TE_ACTIVATION_SRELU;
+  EXPECT_TE_OK(te_activation_forward(ctx_, G, x.get(), y_half.get()));
+  EXPECT_TE_OK(te_activation_backward(ctx_, G, x.get(), dy_half.get(), dx.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, ff, "y", te_activation_forward(ctx_, G, x.get(), y_full.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, ff, "x", te_activation_forward(ctx_, G, x_odd.get(), y_odd.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fb, "dy", te_activation_backward(ctx_, G, x.get(), dy_full.get(), dx.get()));
+  EXPECT_TE_OK(te_activation_forward(ctx_, S, x.get(), y_full.get()));
+  EXPECT_TE_OK(te_activation_backward(ctx_, S, x.get(), dy_full.get(), dx.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, ff, "y", te_activation_forward(ctx_, S, x.get(), y_half.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, ff, "act",
+                 te_activation_forward(ctx_, static_cast<te_activation>(TE_ACTIVATION_SRELU + 1), x.get(), y_full.get()));
 }
 
 // ---- DLPack import ---------------------------------------------------------------------------------

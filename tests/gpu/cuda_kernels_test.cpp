@@ -1,6 +1,7 @@
 // The CUDA backend's kernels against the CPU reference on the same inputs: bit for bit for every
-// cast, quantization, amax, scale formula and scale update; a tight float tolerance for
-// activations (tanhf / expf may differ in the last ulp) and bias_grad (summation order).
+// cast, quantization, amax, scale formula and scale update (and ReLU / SReLU); a tight float
+// tolerance for the other activations (tanhf / expf may differ in the last ulp) and bias_grad
+// (summation order).
 // TE_GPU_TEST_QUICK=1 leaves out the largest shapes (for runs under compute-sanitizer).
 #include <cuda_runtime.h>
 
@@ -477,9 +478,9 @@ TEST_F(CudaKernels, ActivationsCloseToCpu) {
   uint32_t seed = 600;
   for (Shape s : {Shape{1, 2}, Shape{3, 130}, Shape{64, 1000}, Shape{257, 66}}) {
     for (DType t : kInTypes) {
-      for (Activation act : {Activation::ReLU, Activation::GELU, Activation::SwiGLU}) {
+      for (Activation act : {Activation::ReLU, Activation::GELU, Activation::SwiGLU, Activation::GeGLU, Activation::SReLU}) {
         const size_t n = static_cast<size_t>(s.rows * s.cols);
-        const int64_t ycols = act == Activation::SwiGLU ? s.cols / 2 : s.cols;
+        const int64_t ycols = is_gated(act) ? s.cols / 2 : s.cols;
         const size_t ny = static_cast<size_t>(s.rows * ycols);
         std::vector<float> xv = random_floats(n, seed++, false), gv = random_floats(ny, seed++, false);
         for (auto &x : xv) x = std::fmod(x, 20.0f);  // the interesting range of GELU / SiLU
@@ -496,6 +497,10 @@ TEST_F(CudaKernels, ActivationsCloseToCpu) {
         }
         EXPECT_TRUE(close(y.c.read<uint8_t>(), y.g.read<uint8_t>(), t)) << name(s) << " " << dtype_name(t) << " act " << int(act) << " fwd";
         EXPECT_TRUE(close(dx.c.read<uint8_t>(), dx.g.read<uint8_t>(), t)) << name(s) << " " << dtype_name(t) << " act " << int(act) << " bwd";
+        if (act == Activation::ReLU || act == Activation::SReLU) {  // no transcendental: bit for bit
+          EXPECT_SAME_BYTES(y, dtype_size(t), name(s) << " " << dtype_name(t) << " act " << int(act) << " fwd");
+          EXPECT_SAME_BYTES(dx, dtype_size(t), name(s) << " " << dtype_name(t) << " act " << int(act) << " bwd");
+        }
       }
     }
   }

@@ -1,5 +1,6 @@
-// Elementwise activations and the bias gradient on the CPU: fp32 math on chunks converted from
-// and to the tensors' dtype, so each inner loop is one plain float loop.
+// Activations (ReLU, GELU, SReLU; the gated SwiGLU and GEGLU) and the bias gradient on the CPU:
+// fp32 math on chunks converted from and to the tensors' dtype, so each inner loop is one plain
+// float loop.
 #include <algorithm>
 
 #include "backends/cpu/cpu_activation_math.h"
@@ -38,22 +39,48 @@ void map_grad(const TensorView &x, const TensorView &dy, const TensorView &dx, F
   }
 }
 
+// Gated: each row of x is [gate input a | linear part b]; y = gate(a) * b.
+template <typename F>
+void gated_forward(Backend *be, const TensorView &x, const TensorView &y, F gate) {
+  const int64_t half = x.cols() / 2, rows = x.rows();
+  Buffer row_storage(be, static_cast<size_t>(2 * half) * sizeof(float));
+  float *xr = row_storage.floats();
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::load_floats(x.data, x.dtype, r * 2 * half, 2 * half, xr);
+    for (int64_t j = 0; j < half; ++j) xr[j] = gate(xr[j]) * xr[half + j];
+    cpu::store_floats(xr, half, y.data, y.dtype, r * half);
+  }
+}
+
+// d/da = dy * gate'(a) * b, d/db = dy * gate(a); dx has x's shape [..., 2n].
+template <typename F, typename DF>
+void gated_backward(Backend *be, const TensorView &x, const TensorView &dy, const TensorView &dx, F gate,
+                    DF dgate) {
+  const int64_t half = x.cols() / 2, rows = x.rows();
+  Buffer storage(be, static_cast<size_t>(3 * half) * sizeof(float));
+  float *xr = storage.floats();     // [a | b], then overwritten by [da | db]
+  float *gr = xr + 2 * half;        // dy row
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::load_floats(x.data, x.dtype, r * 2 * half, 2 * half, xr);
+    cpu::load_floats(dy.data, dy.dtype, r * half, half, gr);
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = xr[j], b = xr[half + j], g = gr[j];
+      xr[j] = g * dgate(a) * b;
+      xr[half + j] = g * gate(a);
+    }
+    cpu::store_floats(xr, 2 * half, dx.data, dx.dtype, r * 2 * half);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::activation_forward(Activation act, const TensorView &x, const TensorView &y) {
   switch (act) {
     case Activation::ReLU: map_unary(x, y, cpu::relu); return;
     case Activation::GELU: map_unary(x, y, cpu::gelu); return;
-    case Activation::SwiGLU: break;
-  }
-  // SwiGLU: each row of x is [gate input a | linear part b]; y = silu(a) * b.
-  const int64_t half = x.cols() / 2, rows = x.rows();
-  Buffer row_storage(this, static_cast<size_t>(2 * half) * sizeof(float));
-  float *xr = row_storage.floats();
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::load_floats(x.data, x.dtype, r * 2 * half, 2 * half, xr);
-    for (int64_t j = 0; j < half; ++j) xr[j] = cpu::silu(xr[j]) * xr[half + j];
-    cpu::store_floats(xr, half, y.data, y.dtype, r * half);
+    case Activation::SReLU: map_unary(x, y, cpu::srelu); return;
+    case Activation::SwiGLU: gated_forward(this, x, y, [](float a) { return cpu::silu(a); }); return;
+    case Activation::GeGLU: gated_forward(this, x, y, [](float a) { return cpu::gelu(a); }); return;
   }
 }
 
@@ -62,22 +89,13 @@ void CpuBackend::activation_backward(Activation act, const TensorView &x, const 
   switch (act) {
     case Activation::ReLU: map_grad(x, dy, dx, cpu::drelu); return;
     case Activation::GELU: map_grad(x, dy, dx, cpu::dgelu); return;
-    case Activation::SwiGLU: break;
-  }
-  // d/da = dy * silu'(a) * b, d/db = dy * silu(a); dx has x's shape [..., 2n].
-  const int64_t half = x.cols() / 2, rows = x.rows();
-  Buffer storage(this, static_cast<size_t>(3 * half) * sizeof(float));
-  float *xr = storage.floats();     // [a | b], then overwritten by [da | db]
-  float *gr = xr + 2 * half;        // dy row
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::load_floats(x.data, x.dtype, r * 2 * half, 2 * half, xr);
-    cpu::load_floats(dy.data, dy.dtype, r * half, half, gr);
-    for (int64_t j = 0; j < half; ++j) {
-      const float a = xr[j], b = xr[half + j], g = gr[j];
-      xr[j] = g * cpu::dsilu(a) * b;
-      xr[half + j] = g * cpu::silu(a);
-    }
-    cpu::store_floats(xr, 2 * half, dx.data, dx.dtype, r * 2 * half);
+    case Activation::SReLU: map_grad(x, dy, dx, cpu::dsrelu); return;
+    case Activation::SwiGLU:
+      gated_backward(this, x, dy, dx, [](float a) { return cpu::silu(a); }, [](float a) { return cpu::dsilu(a); });
+      return;
+    case Activation::GeGLU:
+      gated_backward(this, x, dy, dx, [](float a) { return cpu::gelu(a); }, [](float a) { return cpu::dgelu(a); });
+      return;
   }
 }
 

@@ -22,6 +22,13 @@ inline float dgelu(float x) {
          0.5f * (1.0f + tanh_out);
 }
 
+// Squared ReLU, max(x, 0)^2 (NaN passes through, as in relu); derivative 2x for x > 0.
+inline float srelu(float x) {
+  const float r = relu(x);
+  return r * r;
+}
+inline float dsrelu(float x) { return x > 0.0f ? 2.0f * x : 0.0f; }
+
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 inline float dsilu(float x) {

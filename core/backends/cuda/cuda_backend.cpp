@@ -164,6 +164,21 @@ void CudaBackend::bias_grad(const TensorView &dy, const TensorView &db) {
   cuda::bias_grad(*this, dy, db, stream_);
 }
 
+void CudaBackend::norm_forward(const NormForwardArgs &args) {
+  DeviceGuard g(device_);
+  cuda::norm_forward(args, stream_);
+}
+
+void CudaBackend::norm_backward(const NormBackwardArgs &args) {
+  DeviceGuard g(device_);
+  cuda::norm_backward(*this, args, stream_);
+}
+
+void CudaBackend::plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const {
+  const size_t bytes = cuda::norm_backward_scratch_bytes(args);
+  if (bytes) plan->add(bytes);
+}
+
 void CudaBackend::gather_amax(const ScaleUpdateItem *items, int n, float *packed) {
   DeviceGuard g(device_);
   cuda::gather_amax(items, n, packed, stream_);

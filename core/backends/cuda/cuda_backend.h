@@ -46,6 +46,7 @@ class CudaBackend final : public Backend {
   void bias_grad(const TensorView &dy, const TensorView &db) override;
   void norm_forward(const NormForwardArgs &args) override;
   void norm_backward(const NormBackwardArgs &args) override;
+  void plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const override;
 
   void gather_amax(const ScaleUpdateItem *items, int n, float *packed) override;
   void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) override;

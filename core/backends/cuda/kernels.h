@@ -28,6 +28,13 @@ void activation_backward(Activation act, const TensorView &x, const TensorView &
                          cudaStream_t stream);
 void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStream_t stream);
 
+// LayerNorm / RMSNorm (kernels_norm.cu): statistics in the order of numerics/norm.h, so that
+// mu, rsigma, y and the FP8 codes are bit-identical to the CPU backend's. The forward takes no
+// scratch; the backward takes norm_backward_scratch_bytes(args) (its dgamma/dbeta partials).
+void norm_forward(const NormForwardArgs &args, cudaStream_t stream);
+void norm_backward(Backend &be, const NormBackwardArgs &args, cudaStream_t stream);
+size_t norm_backward_scratch_bytes(const NormBackwardArgs &args);
+
 // items live on the host; the launchers pass them to the device by value (kernel parameters),
 // in chunks when there are many, so that the update stays capturable in a CUDA graph.
 void gather_amax(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream);

@@ -1,7 +1,7 @@
-// Elementwise activations (ReLU, GELU, SwiGLU) and their gradients in fp32, the formulas of
-// cpu/cpu_activation_math.h (TE's). Products and sums use the _rn intrinsics so that nothing is
-// contracted into an FMA: the CPU reference rounds each operation, and only tanhf / expf may then
-// differ from it (in the last ulp).
+// Activations (ReLU, GELU, SReLU; the gated SwiGLU and GEGLU) and their gradients in fp32, the
+// formulas of cpu/cpu_activation_math.h (TE's). Products and sums use the _rn intrinsics so that
+// nothing is contracted into an FMA: the CPU reference rounds each operation, and only tanhf /
+// expf may then differ from it (in the last ulp; ReLU and SReLU are bit-identical).
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
@@ -18,6 +18,8 @@ __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b);
 
 __device__ __forceinline__ float relu(float x) { return x < 0.0f ? 0.0f : x; }
 __device__ __forceinline__ float drelu(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+__device__ __forceinline__ float srelu(float x) { return mul(relu(x), relu(x)); }
+__device__ __forceinline__ float dsrelu(float x) { return x > 0.0f ? mul(2.0f, x) : 0.0f; }
 
 __device__ __forceinline__ float gelu(float x) {
   // x * (0.5 + 0.5 * tanh(x * (0.79788456 + 0.03567741 * x * x)))
@@ -38,8 +40,15 @@ __device__ __forceinline__ float dsilu(float x) {
   return add(mul(mul(x, s), sub(1.0f, s)), s);
 }
 
-__device__ __forceinline__ float apply(Activation act, float x) { return act == Activation::ReLU ? relu(x) : gelu(x); }
-__device__ __forceinline__ float apply_grad(Activation act, float x) { return act == Activation::ReLU ? drelu(x) : dgelu(x); }
+__device__ __forceinline__ float apply(Activation act, float x) {
+  return act == Activation::ReLU ? relu(x) : act == Activation::SReLU ? srelu(x) : gelu(x);
+}
+__device__ __forceinline__ float apply_grad(Activation act, float x) {
+  return act == Activation::ReLU ? drelu(x) : act == Activation::SReLU ? dsrelu(x) : dgelu(x);
+}
+// The gate of a gated activation: SiLU (SwiGLU) or GELU (GEGLU).
+__device__ __forceinline__ float gate(Activation act, float a) { return act == Activation::GeGLU ? gelu(a) : silu(a); }
+__device__ __forceinline__ float dgate(Activation act, float a) { return act == Activation::GeGLU ? dgelu(a) : dsilu(a); }
 
 __global__ void __launch_bounds__(kThreads)
     unary_forward_kernel(Activation act, const void *x, DType xt, void *y, DType yt, int64_t n) {
@@ -55,21 +64,22 @@ __global__ void __launch_bounds__(kThreads) unary_backward_kernel(Activation act
     dev_store_from_float(dx, dxt, i, mul(dev_load_as_float(dy, dyt, i), apply_grad(act, dev_load_as_float(x, xt, i))));
 }
 
-// x: [rows, 2 * half] = [a | b] per row; y: [rows, half] = silu(a) * b.
+// x: [rows, 2 * half] = [a | b] per row; y: [rows, half] = gate(a) * b.
 __global__ void __launch_bounds__(kThreads)
-    swiglu_forward_kernel(const void *x, DType xt, void *y, DType yt, int64_t rows, int64_t half) {
+    gated_forward_kernel(Activation act, const void *x, DType xt, void *y, DType yt, int64_t rows, int64_t half) {
   const int64_t n = rows * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / half, j = i - r * half;
     const float a = dev_load_as_float(x, xt, r * 2 * half + j), b = dev_load_as_float(x, xt, r * 2 * half + half + j);
-    dev_store_from_float(y, yt, i, mul(silu(a), b));
+    dev_store_from_float(y, yt, i, mul(gate(act, a), b));
   }
 }
 
-// dx = [dy * silu'(a) * b | dy * silu(a)].
-__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const void *x, DType xt, const void *dy, DType dyt,
-                                                                   void *dx, DType dxt, int64_t rows, int64_t half) {
+// dx = [dy * gate'(a) * b | dy * gate(a)].
+__global__ void __launch_bounds__(kThreads) gated_backward_kernel(Activation act, const void *x, DType xt, const void *dy,
+                                                                  DType dyt, void *dx, DType dxt, int64_t rows,
+                                                                  int64_t half) {
   const int64_t n = rows * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -77,8 +87,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const void *x
     const int64_t ia = r * 2 * half + j, ib = ia + half;
     const float a = dev_load_as_float(x, xt, ia), b = dev_load_as_float(x, xt, ib);
     const float g = dev_load_as_float(dy, dyt, i);
-    dev_store_from_float(dx, dxt, ia, mul(mul(g, dsilu(a)), b));
-    dev_store_from_float(dx, dxt, ib, mul(g, silu(a)));
+    dev_store_from_float(dx, dxt, ia, mul(mul(g, dgate(act, a)), b));
+    dev_store_from_float(dx, dxt, ib, mul(g, gate(act, a)));
   }
 }
 
@@ -90,10 +100,11 @@ unsigned grid_for(int64_t n) {
 }  // namespace
 
 void activation_forward(Activation act, const TensorView &x, const TensorView &y, cudaStream_t stream) {
-  if (act == Activation::SwiGLU) {
+  if (is_gated(act)) {
     const int64_t half = x.cols() / 2, rows = x.rows();
     if (rows * half == 0) return;
-    swiglu_forward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(x.data, x.dtype, y.data, y.dtype, rows, half);
+    gated_forward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(act, x.data, x.dtype, y.data, y.dtype, rows,
+                                                                        half);
   } else {
     const int64_t n = x.numel();
     if (n == 0) return;
@@ -104,11 +115,11 @@ void activation_forward(Activation act, const TensorView &x, const TensorView &y
 
 void activation_backward(Activation act, const TensorView &x, const TensorView &dy, const TensorView &dx,
                          cudaStream_t stream) {
-  if (act == Activation::SwiGLU) {
+  if (is_gated(act)) {
     const int64_t half = x.cols() / 2, rows = x.rows();
     if (rows * half == 0) return;
-    swiglu_backward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(x.data, x.dtype, dy.data, dy.dtype, dx.data,
-                                                                          dx.dtype, rows, half);
+    gated_backward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(act, x.data, x.dtype, dy.data, dy.dtype,
+                                                                         dx.data, dx.dtype, rows, half);
   } else {
     const int64_t n = x.numel();
     if (n == 0) return;
