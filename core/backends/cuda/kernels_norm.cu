@@ -139,6 +139,13 @@ __device__ __forceinline__ void unpack8(const Vec8<T> &in, float (&f)[8]) {
   }
 }
 
+// Asks L2 for the bytes [begin, end) of global memory, one 128-byte line per thread of the warp at
+// a time (a hint: nothing waits for it).
+__device__ __forceinline__ void prefetch_l2(const char *begin, const char *end) {
+  for (const char *p = begin + 128 * (threadIdx.x & 31); p < end; p += 128 * 32)
+    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+}
+
 template <DType T>
 __device__ __forceinline__ void load8_floats(const void *base, int64_t elem, float (&f)[8]) {
   Vec8<T> v;
@@ -273,6 +280,15 @@ __global__ void __launch_bounds__(kThreads, 2) norm_fwd_vec_kernel(const FwdPara
 #pragma unroll
       for (int kk = 0; kk < kCap; ++kk)
         if (kk < nk) load8<T>(p.x, at + kk * kNormLanes, xr[kk]);
+      // The warp's part of its next row goes to L2 while this one is being normalised.
+      const int64_t r_next = r + teams;
+      if (rl + teams < p.R && r_next < p.rows) {
+        using S = typename InType<T>::Storage;
+        const int64_t first = r_next * n + (col0 - 8 * u);
+        const S *row_x = static_cast<const S *>(p.x);
+        prefetch_l2(reinterpret_cast<const char *>(row_x + first),
+                    reinterpret_cast<const char *>(row_x + min(first + static_cast<int64_t>(p.kw) * kNormLanes, (r_next + 1) * n)));
+      }
     }
     // The team's ordered sum of term(x) over the row.
     auto row_total = [&](auto term) -> float {
