@@ -1,0 +1,64 @@
+#include "modules/grouped_linear/expert_rows.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace te {
+
+namespace {
+
+unsigned char *row_ptr(const TensorView &m, int64_t row) {
+  return static_cast<unsigned char *>(m.data) + static_cast<size_t>(row * m.cols()) * dtype_size(m.dtype);
+}
+
+size_t row_bytes(const TensorView &m, int64_t rows) { return static_cast<size_t>(rows * m.cols()) * dtype_size(m.dtype); }
+
+}  // namespace
+
+int64_t layout_expert_rows(const int64_t *splits, int n, bool fp8, ExpertRows *rows) {
+  int64_t row = 0, pad = 0;
+  for (int i = 0; i < n; ++i) {
+    ExpertRows &e = rows[i];
+    e.row0 = row;
+    e.tokens = splits[i];
+    e.padded = fp8 ? (e.tokens + 15) / 16 * 16 : e.tokens;
+    e.pad_row0 = e.padded != e.tokens ? pad : -1;
+    if (e.is_padded()) pad += e.padded;
+    row += e.tokens;
+  }
+  return pad;
+}
+
+TensorView row_block(const TensorView &m, int64_t row0, int64_t rows) {
+  if (!m.data) return TensorView();
+  return make_view(row_ptr(m, row0), m.dtype, m.device, rows, m.cols());
+}
+
+TensorView expert_matrix(const ExpertRows &e, const TensorView &m, const TensorView &pad) {
+  if (!m.data) return TensorView();
+  return e.is_padded() ? row_block(pad, e.pad_row0, e.padded) : row_block(m, e.row0, e.tokens);
+}
+
+void pad_rows(Backend &be, const ExpertRows &e, const TensorView &m, const TensorView &pad) {
+  be.copy(row_ptr(pad, e.pad_row0), row_ptr(m, e.row0), row_bytes(m, e.tokens));
+  // Zero bits are +0 in every dtype; the block is whole rows of a multiple of 16 columns.
+  be.fill_floats(reinterpret_cast<float *>(row_ptr(pad, e.pad_row0 + e.tokens)), 0.0f,
+                 row_bytes(pad, e.padded - e.tokens) / sizeof(float));
+}
+
+void unpad_rows(Backend &be, const ExpertRows &e, const TensorView &pad, const TensorView &m) {
+  be.copy(row_ptr(m, e.row0), row_ptr(pad, e.pad_row0), row_bytes(m, e.tokens));
+}
+
+void zero_fill(Backend &be, const TensorView &t, const void *zero4) {
+  auto *p = static_cast<unsigned char *>(t.data);
+  size_t bytes = t.bytes();
+  const size_t head = std::min(bytes, (4 - reinterpret_cast<uintptr_t>(p) % 4) % 4);
+  if (head) be.copy(p, zero4, head);
+  p += head;
+  bytes -= head;
+  if (bytes / 4) be.fill_floats(reinterpret_cast<float *>(p), 0.0f, bytes / 4);
+  if (bytes % 4) be.copy(p + bytes / 4 * 4, zero4, bytes % 4);
+}
+
+}  // namespace te

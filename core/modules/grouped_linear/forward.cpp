@@ -1,0 +1,146 @@
+#include <cstdio>
+
+#include "modules/common/validate.h"
+#include "modules/grouped_linear/element_name.h"
+#include "modules/grouped_linear/grouped_linear.h"
+#include "modules/grouped_linear/sequential_scratch.h"
+
+namespace te {
+
+namespace {
+
+void validate_splits(const int64_t *splits, int n, int64_t rows) {
+  check_not_null(splits, "args->m_splits");
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t m = splits[i];
+    if (m < 0)
+      fail(Status::InvalidArgument, "argument 'args->m_splits[%d]': expected a token count >= 0, got %lld", i,
+           (long long)m);
+    if (m > rows - sum)
+      fail(Status::InvalidArgument, "argument 'args->m_splits': counts sum to more than the input's %lld rows "
+           "(m_splits[0..%d] already sum to %lld + %lld)", (long long)rows, i, (long long)sum, (long long)m);
+    sum += m;
+  }
+  if (sum != rows)
+    fail(Status::InvalidArgument, "argument 'args->m_splits': counts sum to %lld, the input has %lld rows",
+         (long long)sum, (long long)rows);
+}
+
+void validate_forward(Context &ctx, const GroupedLinearOptions &o, const GroupedLinearForwardArgs &a,
+                      const TensorView &y) {
+  const Device &dev = ctx.device();
+  const DType dt = o.activation_dtype;
+  check_tensor(a.input, "args->input", dt, dev);
+  if (a.input.cols() != o.in_features)
+    fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+         (long long)o.in_features, (long long)a.input.cols());
+  validate_splits(a.m_splits, o.num_gemms, a.input.rows());
+  for (int i = 0; i < o.num_gemms; ++i)
+    at_element("args->weights", i,
+               [&](const char *name) { check_weight(a.weights[i], name, o.out_features, o.in_features, dt, dev); });
+  if (o.bias && !a.biases)
+    fail(Status::InvalidArgument, "argument 'args->biases': the layer was created with bias, got NULL");
+  if (!o.bias && a.biases)
+    fail(Status::InvalidArgument, "argument 'args->biases': the layer was created without bias, expected NULL");
+  if (a.biases)
+    for (int i = 0; i < o.num_gemms; ++i)
+      at_element("args->biases", i, [&](const char *name) { check_vector(a.biases[i], name, o.out_features, dt, dev); });
+  check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
+}
+
+// The steps live in the layer's call storage; whatever happens, none outlives the call (a step
+// that was never committed frees what it staged).
+struct ForwardSteps {
+  std::vector<std::optional<ProjectionForward>> &steps;
+  ~ForwardSteps() {
+    for (auto &s : steps) s.reset();
+  }
+};
+
+}  // namespace
+
+GroupedLinearSaved *grouped_linear_forward_compute(Context &ctx, GroupedLinear &g, const GroupedLinearForwardArgs &args,
+                                                   const TensorView &y) {
+  GroupedLinearCore &L = *g.core();
+  const GroupedLinearOptions &o = L.opts;
+  validate_forward(ctx, o, args, y);
+  Backend &be = ctx.backend();
+  Autocast &ac = ctx.autocast();
+  const ForwardMode mode = ForwardMode::of(ac);
+  // Tokens need no check: each expert's are padded to 16 below.
+  if (mode.fp8 && (o.in_features % 16 || o.out_features % 16))
+    fail(Status::Unsupported, "argument 'g': FP8 GEMMs need in_features and out_features to be multiples of 16 "
+         "(tokens are padded per expert), got in_features=%lld, out_features=%lld", (long long)o.in_features,
+         (long long)o.out_features);
+  const int n = o.num_gemms;
+  const Device dev = ctx.device();
+  const DType dt = o.activation_dtype;
+  const int64_t tokens = args.input.rows();
+  const TensorView x2d = make_view(args.input.data, dt, dev, tokens, o.in_features);
+  const TensorView y2d = make_view(y.data, dt, dev, tokens, o.out_features);
+  ExpertRows *rows = L.call.rows.data();
+  const int64_t pad_rows_total = layout_expert_rows(args.m_splits, n, mode.fp8, rows);
+
+  // Allocate, stage and reserve everything for every expert first (nothing changes if memory
+  // runs out); then commit and run them one after another.
+  GroupedLinearPools &pools = grouped_linear_pools(ctx);
+  GroupedLinearSaved *saved = pools.saved.acquire(ctx);
+  ForwardSteps steps{L.call.forward};
+  try {
+    saved->splits.assign(args.m_splits, args.m_splits + n);
+    saved->experts.resize(static_cast<size_t>(n));
+    const size_t es = dtype_size(dt);
+    Buffer x_pad(&be, static_cast<size_t>(pad_rows_total * o.in_features) * es);
+    Buffer y_pad(&be, static_cast<size_t>(pad_rows_total * o.out_features) * es);
+    const TensorView x_pad2d = make_view(x_pad.get(), dt, dev, pad_rows_total, o.in_features);
+    const TensorView y_pad2d = make_view(y_pad.get(), dt, dev, pad_rows_total, o.out_features);
+    SequentialScratch scratch(be);
+    int states = 0;
+    for (int i = 0; i < n; ++i) {
+      const ExpertRows &e = rows[i];
+      if (e.tokens == 0) continue;  // no GEMM, no amax: its states sit this pass out
+      ScratchPlan plan;
+      steps.steps[i].emplace(ctx, L.experts[i], mode, ProjectionDims{e.padded, o.in_features, o.out_features},
+                             expert_matrix(e, x2d, x_pad2d), false, args.weights[i],
+                             args.biases ? args.biases[i] : TensorView(), expert_matrix(e, y2d, y_pad2d),
+                             args.weight_unchanged, &plan);
+      scratch.add_step(plan);
+      states += steps.steps[i]->states_to_register();
+    }
+    scratch.reserve();
+    ac.reserve_forward(states);
+
+    for (auto &s : steps.steps)
+      if (s) s->commit();
+    if (mode.fp8) saved->ticket = ac.enter_module();
+    for (int i = 0; i < n; ++i) {
+      const ExpertRows &e = rows[i];
+      ProjectionSaved &ps = saved->experts[static_cast<size_t>(i)];
+      if (e.tokens == 0) {
+        // A weight that changed was not quantized: a later weight_unchanged forward must not
+        // reuse the FP8 copy of the old one.
+        if (mode.fp8 && !args.weight_unchanged) L.experts[i].weight_cache.reset();
+        ps.fp8 = mode.fp8;
+        continue;
+      }
+      if (e.is_padded()) pad_rows(be, e, x2d, x_pad2d);
+      steps.steps[i]->run();
+      if (e.is_padded()) unpad_rows(be, e, y_pad2d, y2d);
+      steps.steps[i]->save(&ps);
+    }
+  } catch (...) {
+    pools.saved.release(saved);
+    throw;
+  }
+  saved->layer = g.core();
+  saved->fp8 = mode.fp8;
+  saved->tokens = tokens;
+  if (mode.fp8) {
+    saved->recipe = RecipeRef(mode.recipe);
+    saved->group = GroupRef(mode.group);
+  }
+  return saved;
+}
+
+}  // namespace te
