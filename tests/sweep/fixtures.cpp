@@ -93,6 +93,92 @@ te_linear *other_context_linear(World &w, te_context **ctx2 = nullptr) {
   return l;
 }
 
+// ---- grouped linear: three experts [16 -> 16], F32, bias ---------------------------------
+
+te_grouped_linear_options &grouped_options(World &w) {
+  te_grouped_linear_options &o = w.keep(te_grouped_linear_options{});
+  w.ok(te_grouped_linear_options_init(&o), "te_grouped_linear_options_init");
+  o.num_gemms = 3;
+  o.in_features = N;
+  o.out_features = N;
+  o.activation_dtype = TE_DTYPE_F32;
+  return o;
+}
+
+// A fresh layer on ctx; with watch_state, its saved state is part of what a bad call must not change.
+te_grouped_linear *grouped_new(World &w, te_context *ctx, bool watch_state = true) {
+  te_grouped_linear *g = nullptr;
+  w.ok(te_grouped_linear_create(&g, ctx, &grouped_options(w)), "te_grouped_linear_create (fixture)");
+  if (watch_state && g)
+    w.add_state([&w, ctx, g]() -> std::string {
+      size_t n = 0;
+      if (te_grouped_linear_state_save(ctx, g, nullptr, 0, &n) != TE_SUCCESS) return "grouped state: size failed";
+      std::vector<unsigned char> buf(n);
+      if (te_grouped_linear_state_save(ctx, g, buf.data(), n, &n) != TE_SUCCESS) return "grouped state: save failed";
+      std::string o = "grouped state: ";
+      static const char *hex = "0123456789abcdef";
+      for (unsigned char c : buf) o += std::string{hex[c >> 4], hex[c & 15]};
+      return o;
+    });
+  return g;
+}
+
+// x = the world's x [16, 16] split {5, 0, 11}; every expert's W and b are the world's.
+te_grouped_linear_forward_args &grouped_fwd_args(World &w) {
+  te_grouped_linear_forward_args &a = w.keep(te_grouped_linear_forward_args{});
+  w.ok(te_grouped_linear_forward_args_init(&a), "te_grouped_linear_forward_args_init");
+  a.input = w.x.get();
+  a.m_splits = w.keep(std::vector<int64_t>{5, 0, 11}).data();
+  a.weights = w.keep(std::vector<const te_tensor *>(3, w.w.get())).data();
+  a.biases = w.keep(std::vector<const te_tensor *>(3, w.b.get())).data();
+  return a;
+}
+
+// Residuals of a forward in whatever scope is open.
+te_grouped_linear_residuals &grouped_residuals(World &w, te_grouped_linear *g) {
+  te_grouped_linear_residuals &r = w.keep(te_grouped_linear_residuals{});
+  r.struct_size = sizeof r;
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  w.ok(te_grouped_linear_forward_compute(w.ctx, g, &grouped_fwd_args(w), y.get(), &r),
+       "te_grouped_linear_forward_compute (fixture)");
+  return r;
+}
+
+// A backward context of one forward of g on ctx: FP8 in a scope opened and closed here, or high
+// precision (which changes no state and no counter of ctx).
+te_grouped_linear_backward_ctx *grouped_backward_ctx(World &w, te_context *ctx, te_grouped_linear *g, bool fp8 = true) {
+  te_autocast_options o;
+  std::memset(&o, 0, sizeof o);
+  w.ok(te_autocast_options_init(&o), "te_autocast_options_init");
+  o.recipe = w.recipe;
+  te_autocast_token t = 0;
+  if (fp8) w.ok(te_autocast_begin(ctx, &o, &t), "te_autocast_begin (grouped fixture)");
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  te_grouped_linear_backward_ctx *b = nullptr;
+  w.ok(te_grouped_linear_forward(ctx, g, &grouped_fwd_args(w), y.get(), &b), "te_grouped_linear_forward (fixture)");
+  if (fp8) w.ok(te_autocast_end(ctx, t), "te_autocast_end (grouped fixture)");
+  return b;
+}
+
+// A layer after one FP8 step (forward, scale update, backward), so that its states hold values.
+te_grouped_linear *grouped_used(World &w, te_context *ctx) {
+  te_grouped_linear *g = grouped_new(w, ctx);
+  te_grouped_linear_backward_ctx *b = grouped_backward_ctx(w, ctx, g);
+  HostTensor &dx = output(w, TE_DTYPE_F32, {N, N});
+  w.ok(te_grouped_linear_backward(ctx, b, w.dy.get(), dx.get(), nullptr, nullptr, nullptr),
+       "te_grouped_linear_backward (fixture)");
+  te_grouped_linear_backward_ctx_destroy(b);
+  return g;
+}
+
+std::vector<unsigned char> &grouped_saved_state(World &w, te_grouped_linear *g) {
+  size_t n = 0;
+  w.ok(te_grouped_linear_state_save(w.ctx, g, nullptr, 0, &n), "te_grouped_linear_state_save (size)");
+  std::vector<unsigned char> &buf = w.keep(std::vector<unsigned char>(n));
+  w.ok(te_grouped_linear_state_save(w.ctx, g, buf.data(), n, &n), "te_grouped_linear_state_save");
+  return buf;
+}
+
 // ---- DLPack, written out from the spec (tests/api/dlpack_abi.h) --------------------------
 using namespace dlpack;
 
@@ -139,6 +225,10 @@ const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
       {"te_linear_options.fuse_wgrad_accumulation", {true, "default 0; 1: ..."}},
       {"te_linear_forward_args.weight_unchanged", {true, "1: W is the same ...; default 0"}},
       {"te_linear_backward_args.flags", {false, "TE_BACKWARD_ONCE: a set of flags"}},
+      {"te_grouped_linear_options.num_gemms", {false, "required, 1..TE_GROUPED_LINEAR_MAX_GEMMS"}},
+      {"te_grouped_linear_options.bias", {true, "default 1"}},
+      {"te_grouped_linear_options.fuse_wgrad_accumulation", {true, "default 0"}},
+      {"te_grouped_linear_forward_args.weight_unchanged", {true, "every expert's FP8 weight may be reused"}},
       {"te_quantize_options.power_of_2_scales", {true, "keep only the exponent"}},
       {"te_gemm_options.transa", {true, "op(A) = A^T"}},
       {"te_gemm_options.transb", {true, "op(B) = B^T"}},
@@ -1221,9 +1311,428 @@ const std::vector<Fixture> &fixtures() {
               .extra("dgamma_wrong_shape", [](World &w, B &a) { a.dgamma = output(w, TE_DTYPE_F32, {2, 16}).get(); },
                      reject({IA}, "dgamma [hidden]", "dgamma")));
     }
+    // ---- grouped linear -------------------------------------------------------------------
+    // Three experts [16 -> 16], F32, bias, splits {5, 0, 11}: an expert padded under FP8 and an
+    // empty one. The layers are made per case (grouped_used: after one FP8 step).
+    t.push_back(Def<args::te_grouped_linear_options_init>([](World &w, args::te_grouped_linear_options_init &a) {
+      a.opts = &w.keep(te_grouped_linear_options{});
+    }));
+    {
+      auto with = [](std::function<void(te_grouped_linear_options &)> m) {
+        return [m](World &w, args::te_grouped_linear_create &a) {
+          te_grouped_linear_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      using O = te_grouped_linear_options;
+      t.push_back(
+          Def<args::te_grouped_linear_create>([](World &w, args::te_grouped_linear_create &a) {
+            a.out = &w.keep<te_grouped_linear *>(nullptr);
+            a.ctx = w.ctx;
+            a.opts = &grouped_options(w);
+          })
+              .extra("num_gemms_0", with([](O &o) { o.num_gemms = 0; }), invalid("opts->num_gemms"))
+              .extra("num_gemms_above_max", with([](O &o) { o.num_gemms = TE_GROUPED_LINEAR_MAX_GEMMS + 1; }),
+                     invalid("opts->num_gemms"))
+              .extra("in_features_0", with([](O &o) { o.in_features = 0; }), invalid("opts->in_features"))
+              .extra("out_features_neg1", with([](O &o) { o.out_features = -1; }), invalid("opts->out_features"))
+              .extra("features_overflow", with([](O &o) { o.in_features = o.out_features = int64_t(1) << 31; }),
+                     invalid("opts"))
+              .extra("activation_dtype_e4m3", with([](O &o) { o.activation_dtype = TE_DTYPE_E4M3; }),
+                     invalid("opts->activation_dtype")));
+    }
+    t.push_back(Def<args::te_grouped_linear_destroy>([](World &w, args::te_grouped_linear_destroy &a) {
+      a.g = grouped_new(w, w.ctx);
+    }));
+    t.push_back(Def<args::te_grouped_linear_forward_args_init>([](World &w, args::te_grouped_linear_forward_args_init &a) {
+      a.args = &w.keep(te_grouped_linear_forward_args{});
+    }));
+    {
+      // forward_compute and forward: inside an enabled scope (the FP8 path, one expert padded).
+      using A = te_grouped_linear_forward_args;
+      auto args_with = [](std::function<void(World &, A &)> m) {
+        return [m](World &w, auto &a) {
+          A &c = w.keep(*a.args);
+          m(w, c);
+          a.args = &c;
+        };
+      };
+      auto splits = [args_with](std::vector<int64_t> s) {
+        return args_with([s](World &w, A &c) { c.m_splits = w.keep(s).data(); });
+      };
+      auto weight = [args_with](int i, std::function<const te_tensor *(World &)> t) {
+        return args_with([i, t](World &w, A &c) {
+          std::vector<const te_tensor *> &v = w.keep(std::vector<const te_tensor *>(c.weights, c.weights + 3));
+          v[static_cast<size_t>(i)] = t(w);
+          c.weights = v.data();
+        });
+      };
+      auto common = [splits, weight, args_with](auto d) {
+        return d.tensor("args->input", TE_DTYPE_F32, {N, N})
+            .tensor("y", TE_DTYPE_F32, {N, N})
+            .extra("m_splits_sum_short", splits({5, 0, 10}), invalid("args->m_splits"))
+            .extra("m_splits_negative", splits({5, -1, 12}), invalid("args->m_splits[1]"))
+            .extra("m_splits_sum_overflows", splits({INT64_MAX, INT64_MAX, 11}), invalid("args->m_splits"))
+            .extra("weights_1_null", weight(1, [](World &) -> const te_tensor * { return nullptr; }),
+                   invalid("args->weights[1]"))
+            .extra("weights_2_wrong_shape",
+                   weight(2, [](World &w) -> const te_tensor * { return input(w, TE_DTYPE_F32, {N, 32}, 60).get(); }),
+                   invalid("args->weights[2]"))
+            .extra("biases_0_wrong_shape",
+                   args_with([](World &w, A &c) {
+                     std::vector<const te_tensor *> &v = w.keep(std::vector<const te_tensor *>(c.biases, c.biases + 3));
+                     v[0] = input(w, TE_DTYPE_F32, {1, N}, 61).get();
+                     c.biases = v.data();
+                   }),
+                   invalid("args->biases[0]"));
+      };
+      t.push_back(common(Def<args::te_grouped_linear_forward_compute>(
+                             [](World &w, args::te_grouped_linear_forward_compute &a) {
+                               a.g = grouped_new(w, w.ctx);
+                               begin_fp8_scope(w);
+                               a.ctx = w.ctx;
+                               a.args = &grouped_fwd_args(w);
+                               a.y = w.y.get();
+                               te_grouped_linear_residuals &r = w.keep(te_grouped_linear_residuals{});
+                               r.struct_size = sizeof r;
+                               a.residuals = &r;
+                             }))
+                      .extra("g_of_another_context",
+                             [](World &w, args::te_grouped_linear_forward_compute &a) {
+                               a.g = grouped_new(w, static_cast<te_context *>(w.make("te_context")), false);
+                             },
+                             invalid("g|ctx")));
+      t.push_back(common(Def<args::te_grouped_linear_forward>([](World &w, args::te_grouped_linear_forward &a) {
+                           a.g = grouped_new(w, w.ctx);
+                           begin_fp8_scope(w);
+                           a.ctx = w.ctx;
+                           a.args = &grouped_fwd_args(w);
+                           a.y = w.y.get();
+                           a.out = &w.keep<te_grouped_linear_backward_ctx *>(nullptr);
+                         }))
+                      .extra("g_of_another_context",
+                             [](World &w, args::te_grouped_linear_forward &a) {
+                               a.g = grouped_new(w, static_cast<te_context *>(w.make("te_context")), false);
+                             },
+                             invalid("g|ctx"))
+                      .extra("features_not_multiples_of_16_under_fp8",
+                             [](World &w, args::te_grouped_linear_forward &a) {
+                               te_grouped_linear_options &o = grouped_options(w);
+                               o.in_features = 8;
+                               te_grouped_linear *g = nullptr;
+                               w.ok(te_grouped_linear_create(&g, w.ctx, &o), "te_grouped_linear_create (extra)");
+                               A &c = w.keep(*a.args);
+                               c.input = input(w, TE_DTYPE_F32, {N, 8}, 62).get();
+                               HostTensor &wt = input(w, TE_DTYPE_F32, {N, 8}, 63);
+                               c.weights = w.keep(std::vector<const te_tensor *>(3, wt.get())).data();
+                               a.args = &c;
+                               a.g = g;
+                             },
+                             reject({UNSUP}, "UNSUPPORTED (FP8 with in or out not a multiple of 16)", "g")));
+    }
+    t.push_back(
+        Def<args::te_grouped_linear_residuals_release>([](World &w, args::te_grouped_linear_residuals_release &a) {
+          te_grouped_linear *g = grouped_new(w, w.ctx);
+          begin_fp8_scope(w);
+          a.residuals = &grouped_residuals(w, g);
+        })
+            .inout("residuals")
+            .extra("internal_garbage",
+                   [](World &w, args::te_grouped_linear_residuals_release &a) {
+                     te_grouped_linear_residuals &c = w.keep(*a.residuals);
+                     c.internal = w.block(64);
+                     a.residuals = &c;
+                   },
+                   no_crash())
+            .extra("internal_of_a_linear",
+                   // A te_linear's residuals handle in a grouped struct: another type, left alone.
+                   [](World &w, args::te_grouped_linear_residuals_release &a) {
+                     te_linear_residuals &lr = new_residuals(w, w.lin_aux);
+                     te_grouped_linear_residuals &c = w.keep(*a.residuals);
+                     c.internal = lr.internal;
+                     a.residuals = &c;
+                     w.post_check([&w, &lr]() -> std::string {
+                       te_linear_backward_ctx *b = nullptr;
+                       te_status s = te_linear_forward_save(w.ctx, w.lin_aux, &lr, &b);
+                       return s == TE_SUCCESS ? "" : std::string("a te_linear's residuals were freed through "
+                                                                 "te_grouped_linear_residuals_release: ") +
+                                                         te_last_error();
+                     });
+                   },
+                   no_crash()));
+    {
+      using R = args::te_grouped_linear_forward_save;
+      t.push_back(
+          Def<R>([](World &w, R &a) {
+            a.g = grouped_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.residuals = &grouped_residuals(w, a.g);
+            a.out = &w.keep<te_grouped_linear_backward_ctx *>(nullptr);
+          })
+              .inout("residuals")
+              .extra("internal_null",
+                     [](World &w, R &a) {
+                       te_grouped_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = nullptr;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("internal_garbage",
+                     [](World &w, R &a) {
+                       te_grouped_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("already_saved_copy",
+                     [](World &w, R &a) {
+                       te_grouped_linear_residuals &old = grouped_residuals(w, a.g);
+                       te_grouped_linear_residuals &copy = w.keep(old);
+                       te_grouped_linear_backward_ctx *b = nullptr;
+                       w.ok(te_grouped_linear_forward_save(w.ctx, a.g, &old, &b), "te_grouped_linear_forward_save");
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("residuals_of_another_layer",
+                     [](World &w, R &a) { a.residuals = &grouped_residuals(w, grouped_new(w, w.ctx, false)); },
+                     invalid("residuals|g")));
+    }
+    {
+      using B = args::te_grouped_linear_backward;
+      // dW and db arrays of the valid call: their tensors' bytes are outputs.
+      auto grads = [](World &w, te_tensor *const **dw, te_tensor *const **db) {
+        std::vector<te_tensor *> &vw = w.keep(std::vector<te_tensor *>());
+        std::vector<te_tensor *> &vb = w.keep(std::vector<te_tensor *>());
+        for (int i = 0; i < 3; ++i) {
+          HostTensor &tw = output(w, TE_DTYPE_F32, {N, N}), &tb = output(w, TE_DTYPE_F32, {N});
+          w.watch(tw.bytes.data(), tw.bytes.size(), "dw[" + std::to_string(i) + "]");
+          w.watch(tb.bytes.data(), tb.bytes.size(), "db[" + std::to_string(i) + "]");
+          vw.push_back(tw.get());
+          vb.push_back(tb.get());
+        }
+        *dw = vw.data();
+        *db = vb.data();
+      };
+      auto element = [](bool of_dw, int i, std::function<te_tensor *(World &)> t) {
+        return [of_dw, i, t](World &w, B &a) {
+          te_tensor *const *src = of_dw ? a.dw : a.db;
+          std::vector<te_tensor *> &v = w.keep(std::vector<te_tensor *>(src, src + 3));
+          v[static_cast<size_t>(i)] = t(w);
+          (of_dw ? a.dw : a.db) = v.data();
+        };
+      };
+      t.push_back(
+          Def<B>([grads](World &w, B &a) {
+            a.ctx = w.ctx;
+            a.bwd = grouped_backward_ctx(w, w.ctx, grouped_used(w, w.ctx));
+            a.dy = w.dy.get();
+            a.dx = w.dx.get();
+            grads(w, &a.dw, &a.db);
+            te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+            w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+            a.args = &b;
+          })
+              .tensor("dy", TE_DTYPE_F32, {N, N})
+              .tensor("dx", TE_DTYPE_F32, {N, N})
+              .null_ok("dx", "each array, and dx, may be NULL to skip it")
+              .null_ok("dw", "each array, and dx, may be NULL to skip it")
+              .null_ok("db", "each array, and dx, may be NULL to skip it")
+              .null_ok("args", "args may be NULL (as te_linear_backward)")
+              .extra("flags_unknown",
+                     [](World &w, B &a) {
+                       te_linear_backward_args &b = w.keep(*a.args);
+                       b.flags = 0x2;
+                       a.args = &b;
+                     },
+                     invalid("args->flags"))
+              .extra("dw_1_null", element(true, 1, [](World &) -> te_tensor * { return nullptr; }), invalid("dw[1]"))
+              .extra("dw_2_transposed",
+                     element(true, 2, [](World &w) -> te_tensor * { return output(w, TE_DTYPE_F32, {N, 32}).get(); }),
+                     invalid("dw[2]"))
+              .extra("db_0_bf16",
+                     element(false, 0, [](World &w) -> te_tensor * { return output(w, TE_DTYPE_BF16, {N}).get(); }),
+                     invalid("db[0]"))
+              .extra("dy_other_tokens", [](World &w, B &a) { a.dy = input(w, TE_DTYPE_F32, {2 * N, N}, 64).get(); },
+                     invalid("dy"))
+              .extra("db_without_bias",
+                     [](World &w, B &a) {
+                       te_grouped_linear_options &o = grouped_options(w);
+                       o.bias = 0;
+                       te_grouped_linear *g = nullptr;
+                       w.ok(te_grouped_linear_create(&g, w.ctx, &o), "te_grouped_linear_create (no bias)");
+                       te_grouped_linear_forward_args &fa = grouped_fwd_args(w);
+                       fa.biases = nullptr;
+                       HostTensor &yy = output(w, TE_DTYPE_F32, {N, N});
+                       te_grouped_linear_backward_ctx *b = nullptr;
+                       w.ok(te_grouped_linear_forward(w.ctx, g, &fa, yy.get(), &b), "te_grouped_linear_forward");
+                       a.bwd = b;
+                     },
+                     reject({IA}, "db[i] [out]: layers with bias only", "db"))
+              .extra("bwd_once_already_run",
+                     [](World &w, B &a) {
+                       te_grouped_linear_backward_ctx *b =
+                           grouped_backward_ctx(w, w.ctx, grouped_new(w, w.ctx, false), false);
+                       te_linear_backward_args ba;
+                       w.ok(te_linear_backward_args_init(&ba), "te_linear_backward_args_init");
+                       ba.flags = TE_BACKWARD_ONCE;
+                       HostTensor &ddx = output(w, TE_DTYPE_F32, {N, N});
+                       w.ok(te_grouped_linear_backward(w.ctx, b, w.dy.get(), ddx.get(), nullptr, nullptr, &ba),
+                            "te_grouped_linear_backward (once)");
+                       a.bwd = b;
+                     },
+                     reject({IS}, "TE_BACKWARD_ONCE frees it at the first (later calls: INVALID_STATE)"))
+              .extra("bwd_of_another_context",
+                     [](World &w, B &a) {
+                       te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+                       a.bwd = grouped_backward_ctx(w, c2, grouped_new(w, c2, false));
+                     },
+                     invalid("bwd|ctx")));
+    }
+    t.push_back(
+        Def<args::te_grouped_linear_backward_ctx_destroy>([](World &w, args::te_grouped_linear_backward_ctx_destroy &a) {
+          a.bwd = grouped_backward_ctx(w, w.ctx, grouped_new(w, w.ctx, false), false);
+        }));
+    t.push_back(Def<args::te_grouped_linear_get_scaling_state>([](World &w, args::te_grouped_linear_get_scaling_state &a) {
+                  a.ctx = w.ctx;
+                  a.g = grouped_used(w, w.ctx);
+                  a.expert = 2;
+                  a.role = TE_ROLE_WEIGHT;
+                  te_scaling_state_info &i = w.keep(te_scaling_state_info{});
+                  i.struct_size = sizeof i;
+                  a.info = &i;
+                  std::vector<float> &h = w.keep(std::vector<float>(16, -7.0f));
+                  a.history = h.data();
+                  a.history_cap = h.size();
+                  w.watch(h.data(), h.size() * sizeof(float), "history[16]");
+                })
+                    .not_boolean("expert", "`expert` in 0..num_gemms-1")
+                    .null_ok("history", "`history` may be NULL (as te_linear_get_scaling_state)")
+                    .expect("history_cap:size_max",
+                            accept("min(history_cap, amax_history_len) floats are written: the buffer holds "
+                                   "amax_history_len (16)"))
+                    .extra("expert_neg1", [](World &, args::te_grouped_linear_get_scaling_state &a) { a.expert = -1; },
+                           invalid("expert"))
+                    .extra("expert_num_gemms", [](World &, args::te_grouped_linear_get_scaling_state &a) { a.expert = 3; },
+                           invalid("expert"))
+                    .check([](World &, const args::te_grouped_linear_get_scaling_state &a, const CallResult &) {
+                      return a.info->amax_history_len == 16 ? "" : "amax_history_len is not the recipe's 16";
+                    }));
+    t.push_back(Def<args::te_grouped_linear_state_save>([](World &w, args::te_grouped_linear_state_save &a) {
+                  a.ctx = w.ctx;
+                  a.g = grouped_used(w, w.ctx);
+                  size_t n = 0;
+                  w.ok(te_grouped_linear_state_save(w.ctx, a.g, nullptr, 0, &n), "te_grouped_linear_state_save (size)");
+                  a.buf = w.block(n);
+                  a.capacity = n;
+                  a.size = &w.keep(size_t(0));
+                  w.watch(a.buf, n, "buf");
+                })
+                    .null_ok("buf", "With buf NULL, only *size is set to the bytes needed (as te_linear_state_save)")
+                    .expect("capacity:size_max", accept("capacity is the caller's buffer size: the state fits"))
+                    .extra("capacity_short", [](World &, args::te_grouped_linear_state_save &a) { a.capacity -= 1; },
+                           invalid("capacity")));
+    {
+      using L = args::te_grouped_linear_state_load;
+      auto bytes = [](std::function<void(std::vector<unsigned char> &)> m) {
+        return [m](World &w, L &a) {
+          const auto *p = static_cast<const unsigned char *>(a.buf);
+          std::vector<unsigned char> &c = w.keep(std::vector<unsigned char>(p, p + a.size));
+          m(c);
+          a.buf = c.data();
+          a.size = c.size();
+        };
+      };
+      // Layout (core/modules/grouped_linear/pool_and_state.cpp): "TEGL", u32 version, i64
+      // num_gemms, in, out, then per expert and role: i32 history_len, i32 fp8 dtype, f32 scale,
+      // f32 scale_inv, history.
+      const size_t first_state = 4 + 4 + 3 * 8;
+      t.push_back(
+          Def<L>([](World &w, L &a) {
+            a.ctx = w.ctx;
+            a.g = grouped_used(w, w.ctx);
+            std::vector<unsigned char> &s = grouped_saved_state(w, a.g);
+            a.buf = s.data();
+            a.size = s.size();
+          })
+              .expect("size:size_max", reject_or_accept("the buffer holds a whole state; the header bounds "
+                                                        "nothing but truncation"))
+              .extra("truncated", bytes([](std::vector<unsigned char> &v) { v.pop_back(); }), invalid("buf|size"))
+              .extra("empty", [](World &, L &a) { a.size = 0; }, invalid("buf|size"))
+              .extra("bad_magic", bytes([](std::vector<unsigned char> &v) { v[0] = 'X'; }), invalid("buf"))
+              .extra("a_linear_state", [](World &w, L &a) {
+                       std::vector<unsigned char> &s = saved_state(w, w.lin);
+                       a.buf = s.data();
+                       a.size = s.size();
+                     }, invalid("buf"))
+              .extra("other_num_gemms",
+                     [](World &w, L &a) {
+                       te_grouped_linear_options &o = grouped_options(w);
+                       o.num_gemms = 2;
+                       te_grouped_linear *g = nullptr;
+                       w.ok(te_grouped_linear_create(&g, w.ctx, &o), "te_grouped_linear_create (2 experts)");
+                       std::vector<unsigned char> &s = grouped_saved_state(w, g);
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf|g"))
+              .extra("history_len_neg1",
+                     bytes([first_state](std::vector<unsigned char> &v) {
+                       const int32_t bad = -1;
+                       std::memcpy(v.data() + first_state, &bad, 4);
+                     }),
+                     invalid("buf")));
+    }
     return t;
   }();
   return table;
+}
+
+// ---- the grouped linear's handle types in the World (world.cpp's knows_handle_type, make,
+// destroy and probe hand these types over) ----------------------------------------------------
+
+bool grouped_handle_type(const std::string &t) {
+  return t == "te_grouped_linear" || t == "te_grouped_linear_backward_ctx";
+}
+
+void *grouped_make(World &w, const std::string &t) {
+  if (t == "te_grouped_linear") return grouped_new(w, w.ctx, false);
+  // A high-precision forward (inside a disabled scope when one is open, so that no pass changes).
+  te_autocast_state st;
+  std::memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  w.ok(te_autocast_get_state(w.ctx, &st), "te_autocast_get_state (grouped factory)");
+  te_autocast_options o;
+  std::memset(&o, 0, sizeof o);
+  w.ok(te_autocast_options_init(&o), "te_autocast_options_init");
+  o.enabled = 0;
+  te_autocast_token tok = 0;
+  if (st.depth > 0) w.ok(te_autocast_begin(w.ctx, &o, &tok), "te_autocast_begin (grouped factory, disabled)");
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  te_grouped_linear_backward_ctx *b = nullptr;
+  w.ok(te_grouped_linear_forward(w.ctx, grouped_new(w, w.ctx, false), &grouped_fwd_args(w), y.get(), &b),
+       "te_grouped_linear_forward (factory)");
+  if (st.depth > 0) w.ok(te_autocast_end(w.ctx, tok), "te_autocast_end (grouped factory)");
+  return b;
+}
+
+void grouped_destroy(const std::string &t, void *h) {
+  if (t == "te_grouped_linear") te_grouped_linear_destroy(static_cast<te_grouped_linear *>(h));
+  else te_grouped_linear_backward_ctx_destroy(static_cast<te_grouped_linear_backward_ctx *>(h));
+}
+
+std::string grouped_probe(World &w, const std::string &t, void *h) {
+  te_status s;
+  if (t == "te_grouped_linear") {
+    size_t n = 0;
+    s = te_grouped_linear_state_save(w.ctx, static_cast<te_grouped_linear *>(h), nullptr, 0, &n);
+  } else {
+    HostTensor &dx = output(w, TE_DTYPE_F32, {N, N});
+    s = te_grouped_linear_backward(w.ctx, static_cast<te_grouped_linear_backward_ctx *>(h), w.dy.get(), dx.get(),
+                                   nullptr, nullptr, nullptr);
+  }
+  return s == TE_SUCCESS ? "" : std::string(t) + " probe returned " + te_status_string(s) + ": " + te_last_error();
 }
 
 }  // namespace sweep
