@@ -1,5 +1,5 @@
-// LayerNormLinear and LayerNormMLP on a CUDA context against the same modules on the CPU
-// reference, for the three recipes and both norms: two training steps each (delayed scaling then
+// LayerNormLinear, LayerNormMLP and GroupedLinear on a CUDA context against the same modules on
+// the CPU reference, for the three recipes (and both norms, three activations): two training steps each (delayed scaling then
 // runs with updated scales), outputs and gradients compared within GEMM tolerance. The norm's
 // statistics and its fused FP8 output are bit-identical across backends by construction
 // (numerics/norm.h), so LayerNormLinear's input scaling state (fed by the fused norm's amax) and
@@ -10,6 +10,7 @@
 
 #include "context/context.h"
 #include "gpu/gpu_test_support.h"
+#include "modules/grouped_linear/grouped_linear.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
 
@@ -44,6 +45,9 @@ TensorView vec_view(const DeviceBuffer &b, Device d, int64_t n) {
 struct Result {
   std::vector<std::vector<float>> outputs;  // compared within tolerance
   std::vector<std::vector<float>> states;   // compared bit for bit
+  // outputs[i] for i >= requantized_from lie downstream of a gradient the module quantizes
+  // itself (LayerNormMLP's d(fc1 output), to E5M2): see compare().
+  size_t requantized_from = SIZE_MAX;
 };
 
 RecipeRef make_recipe(RecipeKind kind) {
@@ -140,8 +144,9 @@ Result run_ln_mlp(Device device, RecipeKind kind, Activation act) {
     layernorm_mlp_pools(ctx).backward.release(bwd);
   }
   Result r;
-  r.outputs = {y.read<float>(),   dx.read<float>(),  dg.read<float>(),  dbeta.read<float>(),
-               dw1.read<float>(), db1.read<float>(), dw2.read<float>(), db2.read<float>()};
+  r.outputs = {y.read<float>(),   dw2.read<float>(), db2.read<float>(), dx.read<float>(),
+               dg.read<float>(),  dbeta.read<float>(), dw1.read<float>(), db1.read<float>()};
+  r.requantized_from = 3;
   // fc1's input state is fed by the fused norm (bit-identical); fc2's input follows the
   // activation, whose transcendental functions may differ by an ulp between libm and CUDA.
   r.states = {read_state(be, m.core()->fc1.input), read_state(be, m.core()->fc1.weight),
@@ -149,27 +154,104 @@ Result run_ln_mlp(Device device, RecipeKind kind, Activation act) {
   return r;
 }
 
+// Four experts over uneven splits: one empty, two not multiples of 16 (padded inside).
+Result run_grouped(Device device, RecipeKind kind) {
+  constexpr int kExperts = 4;
+  const int64_t splits[kExperts] = {37, 0, 64, 27};
+  const int64_t tokens = 128, in = 128, out = 96;
+  Context ctx(device);
+  Backend &be = ctx.backend();
+  GroupedLinearOptions o;
+  o.num_gemms = kExperts;
+  o.in_features = in;
+  o.out_features = out;
+  o.activation_dtype = DType::F32;
+  GroupedLinear m(ctx, o);
+  RecipeRef recipe = make_recipe(kind);
+  DeviceBuffer x(be, randn(tokens * in, 1.0f, 31)), dy(be, randn(tokens * out, 0.01f, 32));
+  DeviceBuffer y(be, tokens * out * 4), dx(be, tokens * in * 4);
+  std::vector<DeviceBuffer> w, b, dw, db;
+  std::vector<TensorView> wv, bv, dwv, dbv;
+  for (int e = 0; e < kExperts; ++e) {
+    w.emplace_back(be, randn(out * in, 0.05f, 40 + e));
+    b.emplace_back(be, randn(out, 0.1f, 50 + e));
+    dw.emplace_back(be, out * in * 4);
+    db.emplace_back(be, out * 4);
+  }
+  for (int e = 0; e < kExperts; ++e) {
+    wv.push_back(make_view(w[e].get(), DType::F32, device, out, in));
+    bv.push_back(vec_view(b[e], device, out));
+    dwv.push_back(make_view(dw[e].get(), DType::F32, device, out, in));
+    dbv.push_back(vec_view(db[e], device, out));
+  }
+  for (int step = 0; step < 2; ++step) {
+    uint64_t t = ctx.autocast().begin(true, false, recipe.get(), nullptr);
+    GroupedLinearForwardArgs a;
+    a.input = make_view(x.get(), DType::F32, device, tokens, in);
+    a.m_splits = splits;
+    a.weights = wv.data();
+    a.biases = bv.data();
+    GroupedLinearBackwardCtx *bwd = grouped_linear_pools(ctx).backward.acquire(ctx);
+    bwd->saved = grouped_linear_forward_compute(ctx, m, a, make_view(y.get(), DType::F32, device, tokens, out));
+    ctx.autocast().end(t);
+    GroupedLinearBackwardArgs ba;
+    ba.dy = make_view(dy.get(), DType::F32, device, tokens, out);
+    ba.dx = make_view(dx.get(), DType::F32, device, tokens, in);
+    ba.dw = dwv.data();
+    ba.db = dbv.data();
+    grouped_linear_backward(ctx, *bwd, ba);
+    grouped_linear_pools(ctx).backward.release(bwd);
+  }
+  Result r;
+  r.outputs = {y.read<float>(), dx.read<float>()};
+  for (int e = 0; e < kExperts; ++e) {
+    r.outputs.push_back(dw[e].read<float>());
+    r.outputs.push_back(db[e].read<float>());
+    r.states.push_back(read_state(be, m.core()->experts[e].input));
+    r.states.push_back(read_state(be, m.core()->experts[e].weight));
+    r.states.push_back(read_state(be, m.core()->experts[e].grad_output));
+  }
+  return r;
+}
+
 // The backends differ in accumulation order only (and by an ulp in transcendental functions),
 // but an ulp upstream of a quantization can move an element by one FP8 step (2^-3 relative for
 // E4M3, 2^-2 for E5M2). So: isolated elements within 2% of the tensor's largest magnitude, and
 // the normwise relative error below 0.5%, which a wrong operand, sign or scale far exceeds.
-void expect_close(const std::vector<float> &got, const std::vector<float> &want, const std::string &what) {
+void expect_close(const std::vector<float> &got, const std::vector<float> &want, const std::string &what,
+                  double element_tol = 2e-2, double norm_tol = 5e-3) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = 0;
   for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
   double err2 = 0, ref2 = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << what << " [" << i << "]";
-    ASSERT_NEAR(got[i], want[i], 2e-2 * scale + 1e-6) << what << " [" << i << "]";
+    ASSERT_NEAR(got[i], want[i], element_tol * scale + 1e-6) << what << " [" << i << "]";
     err2 += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
     ref2 += static_cast<double>(want[i]) * want[i];
   }
-  EXPECT_LE(std::sqrt(err2 / (ref2 + 1e-30)), 5e-3) << what << ": normwise relative error";
+  EXPECT_LE(std::sqrt(err2 / (ref2 + 1e-30)), norm_tol) << what << ": normwise relative error";
 }
 
 void compare(const Result &gpu, const Result &cpu) {
   ASSERT_EQ(gpu.outputs.size(), cpu.outputs.size());
-  for (size_t i = 0; i < gpu.outputs.size(); ++i) expect_close(gpu.outputs[i], cpu.outputs[i], "output " + std::to_string(i));
+  for (size_t i = 0; i < gpu.outputs.size(); ++i) {
+    double ref = 0;
+    for (float v : cpu.outputs[i]) ref = std::max(ref, static_cast<double>(std::fabs(v)));
+    if (ref == 0) {  // an expert without tokens: exact zeros on both
+      EXPECT_EQ(gpu.outputs[i], cpu.outputs[i]) << "output " << i;
+      continue;
+    }
+    // Downstream of a gradient the module requantizes, the backends' ulp-level differences
+    // choose other E5M2 codes (a 25% step) for some elements: under current scaling the amax,
+    // hence the scale of every element, may differ; under ReLU an fc1 output near 0 may take
+    // the other side. So one E5M2 step of the tensor's scale per element, and 3% normwise —
+    // still far below what a wrong operand, transpose or scale gives (O(100%)).
+    if (i >= cpu.requantized_from)
+      expect_close(gpu.outputs[i], cpu.outputs[i], "output " + std::to_string(i), 0.25, 3e-2);
+    else
+      expect_close(gpu.outputs[i], cpu.outputs[i], "output " + std::to_string(i));
+  }
   ASSERT_EQ(gpu.states.size(), cpu.states.size());
   for (size_t i = 0; i < gpu.states.size(); ++i) {
     ASSERT_EQ(gpu.states[i].size(), cpu.states[i].size());
@@ -201,6 +283,15 @@ TEST_P(CudaLayerNormMlp, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaLayerNormMlp,
                          ::testing::Combine(::testing::Values(RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block),
                                             ::testing::Values(Activation::GELU, Activation::SwiGLU, Activation::ReLU)));
+
+class CudaGroupedLinear : public GpuTest, public ::testing::WithParamInterface<RecipeKind> {};
+
+TEST_P(CudaGroupedLinear, MatchesCpuReference) {
+  compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam()), run_grouped(Device{DeviceType::CPU, 0}, GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaGroupedLinear,
+                         ::testing::Values(RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block));
 
 }  // namespace
 }  // namespace te::gpu_test

@@ -421,8 +421,11 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_generic_kernel(const FwdPar
       second = block_lanes_total(acc, red);
     }
     if (t == 0) {
+      const float rs = rsigma_of(second, count, p.eps);
       stat_mu[rl] = mu;
-      stat_rs[rl] = rsigma_of(second, count, p.eps);
+      stat_rs[rl] = rs;
+      if (p.mu != nullptr) p.mu[r0 + rl] = mu;
+      if (p.rsigma != nullptr) p.rsigma[r0 + rl] = rs;
     }
   }
   __syncthreads();
