@@ -61,15 +61,18 @@ void layernorm_linear_backward(Context &ctx, LayerNormLinearBackwardCtx &bwd, co
   const NormBackwardArgs nb = norm_backward_args(o.norm, s.norm, pg.dx, dx, g.dgamma, g.dbeta);
   if (through_norm) be.plan_norm_backward(nb, &plan);
   be.reserve(plan);
-  if (gemm.states_to_register()) ctx.autocast().reserve_backward(s.ticket.pass, gemm.states_to_register());
+  // The first FP8 module's backward ends its pass (te.h), also when it quantizes no dy itself
+  // (grads NULL, or db only) and so registers nothing: other modules' GRAD_OUTPUT states wait in
+  // the pass's bucket. Reserving first keeps the update from allocating after the outputs.
+  const int registering = gemm.states_to_register();
+  const bool ends_pass = s.ticket.first && s.ticket.pass != 0;
+  if (registering || ends_pass) ctx.autocast().reserve_backward(s.ticket.pass, registering);
 
   gemm.commit();
   gemm.run();
   if (through_norm) be.norm_backward(nb);
-  if (gemm.states_to_register()) {
-    gemm.register_state(s.ticket.pass);
-    if (s.ticket.first) ctx.autocast().finish_backward_pass(s.ticket.pass);
-  }
+  if (registering) gemm.register_state(s.ticket.pass);
+  if (ends_pass) ctx.autocast().finish_backward_pass(s.ticket.pass);
   if (once) {
     layernorm_linear_pools(ctx).saved.release(bwd.saved);
     bwd.saved = nullptr;
