@@ -5,11 +5,17 @@
 
 Runs `swig -python -builtin` on bindings/swig/te.i (generated C in build/swig-python/), then
 compiles it with the C compiler and this Python's headers, linked against libte.so from
---libdir. Up to date outputs are left alone (idempotent). The module finds libte.so at run time
-through the package, which loads it first (LIBTE_PATH, ...); no rpath is baked in.
+--libdir. Up to date outputs (newer than te.i, te.h, this script and that libte.so) are left
+alone (idempotent). The module finds libte.so at run time through the package, which loads it
+first (LIBTE_PATH, ...); no rpath is baked in.
+
+A libte.so that does not export GroupedLinear (te_grouped_linear_*: built before the module
+existed) gets a module without it (TE_SWIG_WITHOUT_GROUPED_LINEAR), so that it still imports:
+Python resolves every symbol of an extension when it loads it.
 """
 
 import argparse
+import ctypes
 import os
 import shlex
 import shutil
@@ -27,6 +33,14 @@ WORK = os.path.join(ROOT, "build", "swig-python")
 def run(cmd):
     print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     subprocess.check_call(cmd)
+
+
+def exports(library, symbol):
+    """Whether the shared library at `library` exports `symbol`."""
+    try:
+        return hasattr(ctypes.CDLL(os.path.abspath(library)), symbol)
+    except OSError as e:
+        sys.exit("build.py: cannot load %s: %s" % (library, e))
 
 
 def main():
@@ -49,18 +63,24 @@ def main():
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     module = os.path.join(PACKAGE, "__te_swig" + suffix)
     wrapper = os.path.join(WORK, "te_wrap.c")
-    sources = [INTERFACE, HEADER, os.path.abspath(__file__)]
+    library = os.path.join(args.libdir, "libte.so")
+    sources = [INTERFACE, HEADER, os.path.abspath(__file__), os.path.realpath(library)]
     if (not args.force and os.path.exists(module)
             and os.path.exists(os.path.join(PACKAGE, "_te_swig.py"))
             and os.path.getmtime(module) >= max(os.path.getmtime(s) for s in sources)):
         print("build.py: %s is up to date" % os.path.relpath(module, ROOT))
         return
 
+    defines = []
+    if not exports(library, "te_grouped_linear_create"):
+        print("build.py: %s does not export te_grouped_linear_*: building without GroupedLinear"
+              % library)
+        defines.append("-DTE_SWIG_WITHOUT_GROUPED_LINEAR")
     os.makedirs(WORK, exist_ok=True)
-    run([swig, "-python", "-builtin", "-O", "-I" + os.path.join(ROOT, "capi", "include"),
-         "-outdir", PACKAGE, "-o", wrapper, INTERFACE])
+    run([swig, "-python", "-builtin", "-O", "-I" + os.path.join(ROOT, "capi", "include")]
+        + defines + ["-outdir", PACKAGE, "-o", wrapper, INTERFACE])
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    run(shlex.split(cc) + ["-O2", "-fPIC", "-shared", "-w", "-I" + include,
+    run(shlex.split(cc) + ["-O2", "-fPIC", "-shared", "-w"] + defines + ["-I" + include,
                            "-I" + os.path.join(ROOT, "capi", "include"), wrapper,
                            "-L" + os.path.abspath(args.libdir), "-lte", "-o", module])
     print("build.py: built %s" % os.path.relpath(module, ROOT))

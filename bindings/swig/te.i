@@ -16,7 +16,11 @@
  *    Python ints (addresses); None is NULL.
  *  - A te_tensor argument is a te_tensor proxy or a tuple
  *    (data, dtype, shape, device_type, device_index, scale_inv, scaling), converted on the C
- *    stack with no allocation.
+ *    stack with no allocation. An array of te_tensor pointers (GroupedLinear's weights, biases
+ *    and gradients) is a list of them (None entries are NULL), an int64_t *m_splits a list of
+ *    ints. Struct members that point to tensors take te_tensor proxies only (a converted tuple
+ *    would dangle once the setter returns); GroupedLinear's forward-args arrays are read-only
+ *    (use te_swig_grouped_linear_forward*, which take lists).
  *  - Options structs are constructed with their _init defaults (and struct_size set), as are the
  *    structs the library fills.
  *  - A te_nccl_id is bytes of length 128 both ways: te_nccl_get_unique_id() returns one,
@@ -197,6 +201,12 @@ TE_HANDLE_OUT(te_recipe)
 TE_HANDLE_OUT(te_group)
 TE_HANDLE_OUT(te_linear)
 TE_HANDLE_OUT(te_linear_backward_ctx)
+TE_HANDLE_OUT(te_layernorm_linear)
+TE_HANDLE_OUT(te_layernorm_linear_backward_ctx)
+TE_HANDLE_OUT(te_layernorm_mlp)
+TE_HANDLE_OUT(te_layernorm_mlp_backward_ctx)
+TE_HANDLE_OUT(te_grouped_linear)
+TE_HANDLE_OUT(te_grouped_linear_backward_ctx)
 
 %typemap(in, numinputs=0) te_autocast_token *token (te_autocast_token temp = 0) { $1 = &temp; }
 %typemap(argout) te_autocast_token *token {
@@ -283,10 +293,18 @@ TE_ALLOW_THREADS(te_group_destroy)
 TE_TENSOR_IN(const te_tensor *)
 TE_TENSOR_IN(te_tensor *)
 
-/* Struct members holding te_tensor pointers take proxies only: a stack copy would dangle. */
+/* Struct members holding te_tensor pointers take proxies only: a stack copy would dangle. The
+ * names are the members' (te_linear_forward_args, te_gemm_options, te_norm_forward_args, the
+ * transformer modules' forward args and grads); functions of te.h whose parameters share a
+ * name with one (dx, dw, db) are declared again below with other parameter names. */
 %typemap(in) const te_tensor *input, const te_tensor *weight, const te_tensor *bias,
              te_tensor *gelu_input, te_tensor *output, te_tensor *output_t, te_tensor *mu,
-             te_tensor *rsigma {
+             te_tensor *rsigma, const te_tensor *ln_weight, const te_tensor *ln_bias,
+             const te_tensor *fc1_weight, const te_tensor *fc1_bias,
+             const te_tensor *fc2_weight, const te_tensor *fc2_bias, te_tensor *ln_out,
+             te_tensor *dx, te_tensor *dln_weight, te_tensor *dln_bias, te_tensor *dw,
+             te_tensor *db, te_tensor *dfc1_weight, te_tensor *dfc1_bias,
+             te_tensor *dfc2_weight, te_tensor *dfc2_bias {
   void *p_ = NULL;
   if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
     PyErr_SetString(PyExc_TypeError, "expected a te_tensor proxy (or None)");
@@ -294,6 +312,99 @@ TE_TENSOR_IN(te_tensor *)
   }
   $1 = (te_tensor *)p_;
 }
+
+/* Arrays of te_tensor pointers: a list (or tuple) of te_tensor proxies, tensor tuples or None
+ * (NULL), or None for a NULL array. The C array always has TE_GROUPED_LINEAR_MAX_GEMMS
+ * pointers, NULL past the list: the library reads num_gemms of them, so a short list is its
+ * error naming the missing element, never a read past the array. */
+%define TE_TENSOR_ARRAY_IN(TYPE)
+%typemap(in) TYPE (void *block = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    Py_ssize_t n_, i_;
+    te_tensor **ptrs_;
+    te_tensor *tensors_;
+    PyObject *seq_ = PySequence_Fast($input, "expected a list of te_tensor proxies or tensor tuples, or None");
+    if (seq_ == NULL) SWIG_fail;
+    n_ = PySequence_Fast_GET_SIZE(seq_);
+    if (n_ > TE_GROUPED_LINEAR_MAX_GEMMS) {
+      Py_DECREF(seq_);
+      PyErr_Format(PyExc_ValueError, "argument '$1_name': expected at most %d tensors "
+                   "(TE_GROUPED_LINEAR_MAX_GEMMS), got %zd", TE_GROUPED_LINEAR_MAX_GEMMS, n_);
+      SWIG_fail;
+    }
+    block = calloc(1, TE_GROUPED_LINEAR_MAX_GEMMS * sizeof(te_tensor *) + (size_t)n_ * sizeof(te_tensor));
+    if (block == NULL) {
+      Py_DECREF(seq_);
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    ptrs_ = (te_tensor **)block;
+    tensors_ = (te_tensor *)(ptrs_ + TE_GROUPED_LINEAR_MAX_GEMMS);
+    for (i_ = 0; i_ < n_; ++i_) {
+      PyObject *item_ = PySequence_Fast_GET_ITEM(seq_, i_);
+      if (item_ == Py_None) continue;
+      if (PyTuple_Check(item_)) {
+        if (!te_swig_tensor_from_tuple(item_, &tensors_[i_])) { Py_DECREF(seq_); SWIG_fail; }
+        ptrs_[i_] = &tensors_[i_];
+      } else {
+        void *p_ = NULL;
+        if (!SWIG_IsOK(SWIG_ConvertPtr(item_, &p_, $descriptor(te_tensor *), 0))) {
+          Py_DECREF(seq_);
+          PyErr_Format(PyExc_TypeError, "argument '$1_name'[%zd]: expected a te_tensor, a tensor "
+                       "tuple or None, got %s", i_, Py_TYPE(item_)->tp_name);
+          SWIG_fail;
+        }
+        ptrs_[i_] = (te_tensor *)p_;
+      }
+    }
+    Py_DECREF(seq_);
+    $1 = ($1_ltype)ptrs_;
+  }
+}
+%typemap(freearg) TYPE { free(block$argnum); }
+%enddef
+TE_TENSOR_ARRAY_IN(const te_tensor *const *)
+TE_TENSOR_ARRAY_IN(te_tensor *const *)
+
+/* m_splits: a list of ints (a host int64_t array of TE_GROUPED_LINEAR_MAX_GEMMS, zero past the
+ * list). */
+%typemap(in) const int64_t *m_splits (int64_t *splits = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    Py_ssize_t n_, i_;
+    PyObject *seq_ = PySequence_Fast($input, "argument 'm_splits': expected a list of ints");
+    if (seq_ == NULL) SWIG_fail;
+    n_ = PySequence_Fast_GET_SIZE(seq_);
+    if (n_ > TE_GROUPED_LINEAR_MAX_GEMMS) {
+      Py_DECREF(seq_);
+      PyErr_Format(PyExc_ValueError, "argument 'm_splits': expected at most %d counts, got %zd",
+                   TE_GROUPED_LINEAR_MAX_GEMMS, n_);
+      SWIG_fail;
+    }
+    splits = (int64_t *)calloc(TE_GROUPED_LINEAR_MAX_GEMMS, sizeof *splits);
+    if (splits == NULL) {
+      Py_DECREF(seq_);
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    for (i_ = 0; i_ < n_; ++i_) {
+      long long v_ = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq_, i_));
+      if (v_ == -1 && PyErr_Occurred()) { Py_DECREF(seq_); SWIG_fail; }
+      splits[i_] = (int64_t)v_;
+    }
+    Py_DECREF(seq_);
+    $1 = splits;
+  }
+}
+%typemap(freearg) const int64_t *m_splits { free(splits$argnum); }
+
+/* GroupedLinear's forward-args arrays: a setter would store a pointer to freed memory. */
+%immutable te_grouped_linear_forward_args::m_splits;
+%immutable te_grouped_linear_forward_args::weights;
+%immutable te_grouped_linear_forward_args::biases;
 
 /* ---- opaque handles owned by their proxies --------------------------------------------------- */
 
@@ -310,6 +421,14 @@ TE_OPAQUE(te_recipe, te_recipe_release)
 TE_OPAQUE(te_group, te_group_destroy)
 TE_OPAQUE(te_linear, te_linear_destroy)
 TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
+TE_OPAQUE(te_layernorm_linear, te_layernorm_linear_destroy)
+TE_OPAQUE(te_layernorm_linear_backward_ctx, te_layernorm_linear_backward_ctx_destroy)
+TE_OPAQUE(te_layernorm_mlp, te_layernorm_mlp_destroy)
+TE_OPAQUE(te_layernorm_mlp_backward_ctx, te_layernorm_mlp_backward_ctx_destroy)
+#ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
+TE_OPAQUE(te_grouped_linear, te_grouped_linear_destroy)
+TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy)
+#endif
 /* A retained reference is a new owner. */
 %newobject te_recipe_retain;
 
@@ -340,6 +459,30 @@ TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
   /* Residuals never handed to forward_save are freed with their proxy. */
   ~te_linear_residuals() { te_linear_residuals_release($self); free($self); }
 }
+%extend te_layernorm_linear_options { te_layernorm_linear_options() { te_layernorm_linear_options *o = calloc(1, sizeof *o); te_layernorm_linear_options_init(o); return o; } }
+%extend te_layernorm_linear_forward_args { te_layernorm_linear_forward_args() { te_layernorm_linear_forward_args *o = calloc(1, sizeof *o); te_layernorm_linear_forward_args_init(o); return o; } }
+%extend te_layernorm_linear_grads { te_layernorm_linear_grads() { te_layernorm_linear_grads *o = calloc(1, sizeof *o); te_layernorm_linear_grads_init(o); return o; } }
+%extend te_layernorm_mlp_options { te_layernorm_mlp_options() { te_layernorm_mlp_options *o = calloc(1, sizeof *o); te_layernorm_mlp_options_init(o); return o; } }
+%extend te_layernorm_mlp_forward_args { te_layernorm_mlp_forward_args() { te_layernorm_mlp_forward_args *o = calloc(1, sizeof *o); te_layernorm_mlp_forward_args_init(o); return o; } }
+%extend te_layernorm_mlp_grads { te_layernorm_mlp_grads() { te_layernorm_mlp_grads *o = calloc(1, sizeof *o); te_layernorm_mlp_grads_init(o); return o; } }
+#ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
+%extend te_grouped_linear_options { te_grouped_linear_options() { te_grouped_linear_options *o = calloc(1, sizeof *o); te_grouped_linear_options_init(o); return o; } }
+%extend te_grouped_linear_forward_args { te_grouped_linear_forward_args() { te_grouped_linear_forward_args *o = calloc(1, sizeof *o); te_grouped_linear_forward_args_init(o); return o; } }
+#endif
+%extend te_layernorm_linear_residuals {
+  te_layernorm_linear_residuals() { te_layernorm_linear_residuals *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; }
+  ~te_layernorm_linear_residuals() { te_layernorm_linear_residuals_release($self); free($self); }
+}
+%extend te_layernorm_mlp_residuals {
+  te_layernorm_mlp_residuals() { te_layernorm_mlp_residuals *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; }
+  ~te_layernorm_mlp_residuals() { te_layernorm_mlp_residuals_release($self); free($self); }
+}
+#ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
+%extend te_grouped_linear_residuals {
+  te_grouped_linear_residuals() { te_grouped_linear_residuals *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; }
+  ~te_grouped_linear_residuals() { te_grouped_linear_residuals_release($self); free($self); }
+}
+#endif
 %extend te_tensor {
   /* (data, dtype, shape, device_type, device_index, scale_inv, scaling) */
   PyObject *as_tuple() { return te_swig_tensor_to_tuple($self); }
@@ -348,8 +491,50 @@ TE_OPAQUE(te_linear_backward_ctx, te_linear_backward_ctx_destroy)
 /* ---- the header -------------------------------------------------------------------------------- */
 
 %ignore te_tensor_from_dlpack;
+/* Declared again below: their parameters dx, dw, db share names with struct members that take
+ * proxies only, and as parameters they take tuples too. */
+%ignore te_linear_backward;
+%ignore te_activation_backward;
+%ignore te_norm_backward;
+%ignore te_grouped_linear_backward;
+#ifdef TE_SWIG_WITHOUT_GROUPED_LINEAR
+/* build.py: this libte.so predates GroupedLinear (wrapping its functions would make the module
+ * fail to import). */
+%rename("$ignore", regextarget=1) "^te_grouped_linear_";
+#endif
 #define TE_API
 %include <te/te.h>
+
+%rename(te_linear_backward) te_swig_decl_linear_backward;
+%rename(te_activation_backward) te_swig_decl_activation_backward;
+%rename(te_norm_backward) te_swig_decl_norm_backward;
+%rename(te_grouped_linear_backward) te_swig_decl_grouped_linear_backward;
+%inline %{
+te_status te_swig_decl_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
+                                       const te_tensor *dy, te_tensor *grad_x, te_tensor *grad_w,
+                                       te_tensor *grad_b, const te_linear_backward_args *args) {
+  return te_linear_backward(ctx, bwd, dy, grad_x, grad_w, grad_b, args);
+}
+te_status te_swig_decl_activation_backward(te_context *ctx, te_activation act, const te_tensor *x,
+                                           const te_tensor *dy, te_tensor *grad_x) {
+  return te_activation_backward(ctx, act, x, dy, grad_x);
+}
+te_status te_swig_decl_norm_backward(te_context *ctx, const te_norm_options *opts,
+                                     const te_tensor *dy, const te_tensor *x,
+                                     const te_tensor *gamma, const te_tensor *mu_in,
+                                     const te_tensor *rsigma_in, te_tensor *grad_x,
+                                     te_tensor *dgamma, te_tensor *dbeta) {
+  return te_norm_backward(ctx, opts, dy, x, gamma, mu_in, rsigma_in, grad_x, dgamma, dbeta);
+}
+#ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
+te_status te_swig_decl_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd,
+                                               const te_tensor *dy, te_tensor *grad_x,
+                                               te_tensor *const *grad_ws, te_tensor *const *grad_bs,
+                                               const te_linear_backward_args *args) {
+  return te_grouped_linear_backward(ctx, bwd, dy, grad_x, grad_ws, grad_bs, args);
+}
+#endif
+%}
 
 /* te_tensor_from_dlpack(dl_managed_tensor, versioned, fp8_dtype) -> tensor tuple, where
  * dl_managed_tensor is the DLManagedTensor(Versioned)'s address (PyCapsule_GetPointer). */
@@ -385,6 +570,12 @@ size_t te_swig_sizeof(const char *name) {
   TE_SWIG_SIZE(te_linear_backward_args); TE_SWIG_SIZE(te_scaling_state_info);
   TE_SWIG_SIZE(te_quantize_options); TE_SWIG_SIZE(te_gemm_options);
   TE_SWIG_SIZE(te_norm_options); TE_SWIG_SIZE(te_norm_forward_args);
+  TE_SWIG_SIZE(te_layernorm_linear_options); TE_SWIG_SIZE(te_layernorm_linear_forward_args);
+  TE_SWIG_SIZE(te_layernorm_linear_residuals); TE_SWIG_SIZE(te_layernorm_linear_grads);
+  TE_SWIG_SIZE(te_layernorm_mlp_options); TE_SWIG_SIZE(te_layernorm_mlp_forward_args);
+  TE_SWIG_SIZE(te_layernorm_mlp_residuals); TE_SWIG_SIZE(te_layernorm_mlp_grads);
+  TE_SWIG_SIZE(te_grouped_linear_options); TE_SWIG_SIZE(te_grouped_linear_forward_args);
+  TE_SWIG_SIZE(te_grouped_linear_residuals);
 #undef TE_SWIG_SIZE
   return 0;
 }
@@ -420,12 +611,12 @@ te_status te_swig_linear_forward(te_context *ctx, te_linear *lin, const te_tenso
 }
 
 te_status te_swig_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
-                                  const te_tensor *dy, te_tensor *dx, te_tensor *dw,
-                                  te_tensor *db, int once) {
+                                  const te_tensor *dy, te_tensor *grad_x, te_tensor *grad_w,
+                                  te_tensor *grad_b, int once) {
   te_linear_backward_args args;
   te_linear_backward_args_init(&args);
   args.flags = once ? TE_BACKWARD_ONCE : 0u;
-  return te_linear_backward(ctx, bwd, dy, dx, dw, db, &args);
+  return te_linear_backward(ctx, bwd, dy, grad_x, grad_w, grad_b, &args);
 }
 
 te_status te_swig_quantize(te_context *ctx, const te_tensor *x, te_tensor *out,
@@ -493,13 +684,185 @@ te_status te_swig_norm_forward(te_context *ctx, int kind, double eps, int zero_c
 te_status te_swig_norm_backward(te_context *ctx, int kind, double eps, int zero_centered_gamma,
                                 const te_tensor *dy, const te_tensor *x,
                                 const te_tensor *norm_gamma, const te_tensor *norm_mu,
-                                const te_tensor *norm_rsigma, te_tensor *dx, te_tensor *dgamma,
+                                const te_tensor *norm_rsigma, te_tensor *grad_x, te_tensor *dgamma,
                                 te_tensor *dbeta) {
   te_norm_options o;
   te_norm_options_init(&o);
   o.kind = (te_norm_kind)kind;
   o.eps = (float)eps;
   o.zero_centered_gamma = zero_centered_gamma;
-  return te_norm_backward(ctx, &o, dy, x, norm_gamma, norm_mu, norm_rsigma, dx, dgamma, dbeta);
+  return te_norm_backward(ctx, &o, dy, x, norm_gamma, norm_mu, norm_rsigma, grad_x, dgamma, dbeta);
 }
+
+/* ---- the transformer modules: arguments and gradients as positional tensors -------------------- */
+
+static void te_swig_layernorm_linear_args(te_layernorm_linear_forward_args *a, const te_tensor *x,
+                                          const te_tensor *norm_gamma, const te_tensor *norm_beta,
+                                          const te_tensor *w, const te_tensor *b,
+                                          int weight_unchanged, te_tensor *norm_out) {
+  te_layernorm_linear_forward_args_init(a);
+  a->input = x;
+  a->ln_weight = norm_gamma;
+  a->ln_bias = norm_beta;
+  a->weight = w;
+  a->bias = b;
+  a->weight_unchanged = weight_unchanged ? 1 : 0;
+  a->ln_out = norm_out;
+}
+
+te_status te_swig_layernorm_linear_forward_compute(te_context *ctx, te_layernorm_linear *m,
+                                                   const te_tensor *x, const te_tensor *norm_gamma,
+                                                   const te_tensor *norm_beta, const te_tensor *w,
+                                                   const te_tensor *b, int weight_unchanged,
+                                                   te_tensor *norm_out, te_tensor *y,
+                                                   te_layernorm_linear_residuals *residuals) {
+  te_layernorm_linear_forward_args a;
+  te_swig_layernorm_linear_args(&a, x, norm_gamma, norm_beta, w, b, weight_unchanged, norm_out);
+  return te_layernorm_linear_forward_compute(ctx, m, &a, y, residuals);
+}
+
+te_status te_swig_layernorm_linear_forward(te_context *ctx, te_layernorm_linear *m,
+                                           const te_tensor *x, const te_tensor *norm_gamma,
+                                           const te_tensor *norm_beta, const te_tensor *w,
+                                           const te_tensor *b, int weight_unchanged,
+                                           te_tensor *norm_out, te_tensor *y,
+                                           te_layernorm_linear_backward_ctx **out) {
+  te_layernorm_linear_forward_args a;
+  te_swig_layernorm_linear_args(&a, x, norm_gamma, norm_beta, w, b, weight_unchanged, norm_out);
+  return te_layernorm_linear_forward(ctx, m, &a, y, out);
+}
+
+te_status te_swig_layernorm_linear_backward(te_context *ctx, te_layernorm_linear_backward_ctx *bwd,
+                                            const te_tensor *dy, te_tensor *grad_x,
+                                            te_tensor *grad_gamma, te_tensor *grad_beta,
+                                            te_tensor *grad_w, te_tensor *grad_b, int once) {
+  te_layernorm_linear_grads g;
+  te_linear_backward_args args;
+  te_layernorm_linear_grads_init(&g);
+  g.dx = grad_x;
+  g.dln_weight = grad_gamma;
+  g.dln_bias = grad_beta;
+  g.dw = grad_w;
+  g.db = grad_b;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_layernorm_linear_backward(ctx, bwd, dy, &g, &args);
+}
+
+PyObject *te_swig_layernorm_linear_residuals_tensors(const te_layernorm_linear_residuals *r) {
+  return Py_BuildValue("(NNNNN)", te_swig_tensor_to_tuple(&r->ln_out_t),
+                       te_swig_tensor_to_tuple(&r->weight_t), te_swig_tensor_to_tuple(&r->mu),
+                       te_swig_tensor_to_tuple(&r->rsigma), PyBool_FromLong(r->fp8));
+}
+
+static void te_swig_layernorm_mlp_args(te_layernorm_mlp_forward_args *a, const te_tensor *x,
+                                       const te_tensor *norm_gamma, const te_tensor *norm_beta,
+                                       const te_tensor *w1, const te_tensor *b1,
+                                       const te_tensor *w2, const te_tensor *b2,
+                                       int weight_unchanged, te_tensor *norm_out) {
+  te_layernorm_mlp_forward_args_init(a);
+  a->input = x;
+  a->ln_weight = norm_gamma;
+  a->ln_bias = norm_beta;
+  a->fc1_weight = w1;
+  a->fc1_bias = b1;
+  a->fc2_weight = w2;
+  a->fc2_bias = b2;
+  a->weight_unchanged = weight_unchanged ? 1 : 0;
+  a->ln_out = norm_out;
+}
+
+te_status te_swig_layernorm_mlp_forward_compute(te_context *ctx, te_layernorm_mlp *m,
+                                                const te_tensor *x, const te_tensor *norm_gamma,
+                                                const te_tensor *norm_beta, const te_tensor *w1,
+                                                const te_tensor *b1, const te_tensor *w2,
+                                                const te_tensor *b2, int weight_unchanged,
+                                                te_tensor *norm_out, te_tensor *y,
+                                                te_layernorm_mlp_residuals *residuals) {
+  te_layernorm_mlp_forward_args a;
+  te_swig_layernorm_mlp_args(&a, x, norm_gamma, norm_beta, w1, b1, w2, b2, weight_unchanged, norm_out);
+  return te_layernorm_mlp_forward_compute(ctx, m, &a, y, residuals);
+}
+
+te_status te_swig_layernorm_mlp_forward(te_context *ctx, te_layernorm_mlp *m, const te_tensor *x,
+                                        const te_tensor *norm_gamma, const te_tensor *norm_beta,
+                                        const te_tensor *w1, const te_tensor *b1,
+                                        const te_tensor *w2, const te_tensor *b2,
+                                        int weight_unchanged, te_tensor *norm_out, te_tensor *y,
+                                        te_layernorm_mlp_backward_ctx **out) {
+  te_layernorm_mlp_forward_args a;
+  te_swig_layernorm_mlp_args(&a, x, norm_gamma, norm_beta, w1, b1, w2, b2, weight_unchanged, norm_out);
+  return te_layernorm_mlp_forward(ctx, m, &a, y, out);
+}
+
+te_status te_swig_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_backward_ctx *bwd,
+                                         const te_tensor *dy, te_tensor *grad_x,
+                                         te_tensor *grad_gamma, te_tensor *grad_beta,
+                                         te_tensor *grad_w1, te_tensor *grad_b1,
+                                         te_tensor *grad_w2, te_tensor *grad_b2, int once) {
+  te_layernorm_mlp_grads g;
+  te_linear_backward_args args;
+  te_layernorm_mlp_grads_init(&g);
+  g.dx = grad_x;
+  g.dln_weight = grad_gamma;
+  g.dln_bias = grad_beta;
+  g.dfc1_weight = grad_w1;
+  g.dfc1_bias = grad_b1;
+  g.dfc2_weight = grad_w2;
+  g.dfc2_bias = grad_b2;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_layernorm_mlp_backward(ctx, bwd, dy, &g, &args);
+}
+
+PyObject *te_swig_layernorm_mlp_residuals_tensors(const te_layernorm_mlp_residuals *r) {
+  return Py_BuildValue("(NNNNNNNN)", te_swig_tensor_to_tuple(&r->ln_out_t),
+                       te_swig_tensor_to_tuple(&r->fc1_weight_t), te_swig_tensor_to_tuple(&r->fc1_out),
+                       te_swig_tensor_to_tuple(&r->act_out_t), te_swig_tensor_to_tuple(&r->fc2_weight_t),
+                       te_swig_tensor_to_tuple(&r->mu), te_swig_tensor_to_tuple(&r->rsigma),
+                       PyBool_FromLong(r->fp8));
+}
+
+/* GroupedLinear: m_splits, weights and biases are lists (see the typemaps above). */
+#ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
+te_status te_swig_grouped_linear_forward_compute(te_context *ctx, te_grouped_linear *g,
+                                                 const te_tensor *x, const int64_t *m_splits,
+                                                 const te_tensor *const *weight_list,
+                                                 const te_tensor *const *bias_list,
+                                                 int weight_unchanged, te_tensor *y,
+                                                 te_grouped_linear_residuals *residuals) {
+  te_grouped_linear_forward_args a;
+  te_grouped_linear_forward_args_init(&a);
+  a.input = x;
+  a.m_splits = m_splits;
+  a.weights = weight_list;
+  a.biases = bias_list;
+  a.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_grouped_linear_forward_compute(ctx, g, &a, y, residuals);
+}
+
+te_status te_swig_grouped_linear_forward(te_context *ctx, te_grouped_linear *g, const te_tensor *x,
+                                         const int64_t *m_splits, const te_tensor *const *weight_list,
+                                         const te_tensor *const *bias_list, int weight_unchanged,
+                                         te_tensor *y, te_grouped_linear_backward_ctx **out) {
+  te_grouped_linear_forward_args a;
+  te_grouped_linear_forward_args_init(&a);
+  a.input = x;
+  a.m_splits = m_splits;
+  a.weights = weight_list;
+  a.biases = bias_list;
+  a.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_grouped_linear_forward(ctx, g, &a, y, out);
+}
+
+te_status te_swig_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd,
+                                          const te_tensor *dy, te_tensor *grad_x,
+                                          te_tensor *const *grad_ws, te_tensor *const *grad_bs,
+                                          int once) {
+  te_linear_backward_args args;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_grouped_linear_backward(ctx, bwd, dy, grad_x, grad_ws, grad_bs, &args);
+}
+#endif
 %}

@@ -19,6 +19,12 @@ from .context import Context, ContextStats
 from .errors import (CublasError, CudaError, Error, InternalError, InvalidArgument,
                      InvalidState, NcclError, OutOfMemory, Unsupported)
 from .group import Group, nccl_unique_id
+from .grouped_linear import (GroupedLinear, GroupedLinearBackwardContext, GroupedLinearGradients,
+                             GroupedLinearResiduals)
+from .layernorm_linear import (LayerNormLinear, LayerNormLinearBackwardContext,
+                               LayerNormLinearGradients, LayerNormLinearResiduals)
+from .layernorm_mlp import (LayerNormMLP, LayerNormMLPBackwardContext, LayerNormMLPGradients,
+                            LayerNormMLPResiduals)
 from .linear import BackwardContext, Linear, Residuals, ScalingState
 from .norm import NormGradients, NormOutputs, norm_backward, norm_forward
 from .ops import (activation_backward, activation_forward, amax, cast_transpose, dequantize,
@@ -40,9 +46,14 @@ def last_error():
 
 
 __all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
-           "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "InternalError",
-           "InvalidArgument", "InvalidState", "Linear", "NcclError", "NormGradients",
-           "NormOutputs", "OutOfMemory", "Recipe", "Residuals", "ScalingState", "Unsupported",
+           "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "GroupedLinear",
+           "GroupedLinearBackwardContext", "GroupedLinearGradients", "GroupedLinearResiduals",
+           "InternalError", "InvalidArgument", "InvalidState", "LayerNormLinear",
+           "LayerNormLinearBackwardContext", "LayerNormLinearGradients",
+           "LayerNormLinearResiduals", "LayerNormMLP", "LayerNormMLPBackwardContext",
+           "LayerNormMLPGradients", "LayerNormMLPResiduals", "Linear", "NcclError",
+           "NormGradients", "NormOutputs", "OutOfMemory", "Recipe", "Residuals", "ScalingState",
+           "Unsupported",
            "activation_backward", "activation_forward", "amax", "autocast", "cast_transpose",
            "constants", "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id",
            "norm_backward", "norm_forward", "quantize", "version"]

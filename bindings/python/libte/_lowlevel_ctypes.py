@@ -23,7 +23,7 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32
 from . import _constants as C
 from ._nccl_id import id_bytes
 from ._loader import load
-from .errors import error_for_status
+from .errors import InvalidArgument, Unsupported, error_for_status
 
 NAME = "ctypes"
 
@@ -125,12 +125,82 @@ class te_norm_forward_args(Structure):
                 ("mu", c_void_p), ("rsigma", c_void_p), ("quantize", c_void_p)]
 
 
+class te_layernorm_linear_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("in_features", c_int64), ("out_features", c_int64),
+                ("bias", c_int32), ("activation_dtype", c_int),
+                ("fuse_wgrad_accumulation", c_int32), ("normalization", c_int), ("eps", c_float),
+                ("zero_centered_gamma", c_int32)]
+
+
+class te_layernorm_linear_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input", c_void_p), ("ln_weight", c_void_p),
+                ("ln_bias", c_void_p), ("weight", c_void_p), ("bias", c_void_p),
+                ("weight_unchanged", c_int32), ("ln_out", c_void_p)]
+
+
+class te_layernorm_linear_residuals(Structure):
+    _fields_ = [("struct_size", c_size_t), ("ln_out_t", te_tensor), ("weight_t", te_tensor),
+                ("mu", te_tensor), ("rsigma", te_tensor), ("fp8", c_int32),
+                ("internal", c_void_p)]
+
+
+class te_layernorm_linear_grads(Structure):
+    _fields_ = [("struct_size", c_size_t), ("dx", c_void_p), ("dln_weight", c_void_p),
+                ("dln_bias", c_void_p), ("dw", c_void_p), ("db", c_void_p)]
+
+
+class te_layernorm_mlp_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("hidden_size", c_int64),
+                ("ffn_hidden_size", c_int64), ("bias", c_int32), ("activation", c_int),
+                ("activation_dtype", c_int), ("fuse_wgrad_accumulation", c_int32),
+                ("normalization", c_int), ("eps", c_float), ("zero_centered_gamma", c_int32)]
+
+
+class te_layernorm_mlp_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input", c_void_p), ("ln_weight", c_void_p),
+                ("ln_bias", c_void_p), ("fc1_weight", c_void_p), ("fc1_bias", c_void_p),
+                ("fc2_weight", c_void_p), ("fc2_bias", c_void_p), ("weight_unchanged", c_int32),
+                ("ln_out", c_void_p)]
+
+
+class te_layernorm_mlp_residuals(Structure):
+    _fields_ = [("struct_size", c_size_t), ("ln_out_t", te_tensor), ("fc1_weight_t", te_tensor),
+                ("fc1_out", te_tensor), ("act_out_t", te_tensor), ("fc2_weight_t", te_tensor),
+                ("mu", te_tensor), ("rsigma", te_tensor), ("fp8", c_int32),
+                ("internal", c_void_p)]
+
+
+class te_layernorm_mlp_grads(Structure):
+    _fields_ = [("struct_size", c_size_t), ("dx", c_void_p), ("dln_weight", c_void_p),
+                ("dln_bias", c_void_p), ("dfc1_weight", c_void_p), ("dfc1_bias", c_void_p),
+                ("dfc2_weight", c_void_p), ("dfc2_bias", c_void_p)]
+
+
+class te_grouped_linear_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("num_gemms", c_int32), ("in_features", c_int64),
+                ("out_features", c_int64), ("bias", c_int32), ("activation_dtype", c_int),
+                ("fuse_wgrad_accumulation", c_int32)]
+
+
+class te_grouped_linear_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("input", c_void_p), ("m_splits", c_void_p),
+                ("weights", c_void_p), ("biases", c_void_p), ("weight_unchanged", c_int32)]
+
+
+class te_grouped_linear_residuals(Structure):
+    _fields_ = [("struct_size", c_size_t), ("fp8", c_int32), ("internal", c_void_p)]
+
+
 SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_tensor, te_context_options, te_context_stats, te_recipe_options, te_nccl_id,
     te_group_nccl_options, te_autocast_options,
     te_autocast_state, te_linear_options, te_linear_forward_args, te_linear_residuals,
     te_linear_backward_args, te_scaling_state_info, te_quantize_options, te_gemm_options,
-    te_norm_options, te_norm_forward_args)}
+    te_norm_options, te_norm_forward_args, te_layernorm_linear_options,
+    te_layernorm_linear_forward_args, te_layernorm_linear_residuals, te_layernorm_linear_grads,
+    te_layernorm_mlp_options, te_layernorm_mlp_forward_args, te_layernorm_mlp_residuals,
+    te_layernorm_mlp_grads, te_grouped_linear_options, te_grouped_linear_forward_args,
+    te_grouped_linear_residuals)}
 
 
 # ---- function prototypes ---------------------------------------------------------------------
@@ -207,6 +277,44 @@ _norm_forward = _fn("te_norm_forward", _S, _P, _P, _P)
 _norm_backward = _fn("te_norm_backward", _S, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P)
 
 
+def _module_fns(prefix, selector_args=()):
+    """The prototypes every transformer module shares (te_linear's contract), as a dict by the
+    name after the prefix. `selector_args`: the get_scaling_state arguments before the role
+    (LayerNormMLP's gemm, GroupedLinear's expert). A library that lacks the module's symbols
+    (older than the module) gets no dict: the calls then raise Unsupported."""
+    if not hasattr(_lib, "te_%s_create" % prefix):
+        return None
+    f = lambda name, restype, *args: _fn("te_%s_%s" % (prefix, name), restype, *args)
+    return {
+        "options_init": f("options_init", _S, _P),
+        "create": f("create", _S, _P, _P, _P),
+        "destroy": f("destroy", None, _P),
+        "forward_args_init": f("forward_args_init", _S, _P),
+        "forward_compute": f("forward_compute", _S, _P, _P, _P, _P, _P),
+        "residuals_release": f("residuals_release", None, _P),
+        "forward_save": f("forward_save", _S, _P, _P, _P, _P),
+        "forward": f("forward", _S, _P, _P, _P, _P, _P),
+        "backward_ctx_destroy": f("backward_ctx_destroy", None, _P),
+        "get_scaling_state": f("get_scaling_state", _S, _P, _P, *selector_args, c_int, _P, _P,
+                               c_size_t),
+        "state_save": f("state_save", _S, _P, _P, _P, c_size_t, POINTER(c_size_t)),
+        "state_load": f("state_load", _S, _P, _P, _P, c_size_t),
+    }
+
+
+_lnl = _module_fns("layernorm_linear")
+if _lnl is not None:
+    _lnl["grads_init"] = _fn("te_layernorm_linear_grads_init", _S, _P)
+    _lnl["backward"] = _fn("te_layernorm_linear_backward", _S, _P, _P, _P, _P, _P)
+_mlp = _module_fns("layernorm_mlp", (c_int,))
+if _mlp is not None:
+    _mlp["grads_init"] = _fn("te_layernorm_mlp_grads_init", _S, _P)
+    _mlp["backward"] = _fn("te_layernorm_mlp_backward", _S, _P, _P, _P, _P, _P)
+_grouped = _module_fns("grouped_linear", (c_int32,))
+if _grouped is not None:
+    _grouped["backward"] = _fn("te_grouped_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
+
+
 def _raise(status):
     raise error_for_status(status, _last_error().decode("utf-8", "replace"))
 
@@ -217,7 +325,7 @@ def _raise(status):
 # device {type, index}, scale_inv, scaling).
 _TENSOR = struct.Struct("@Pii8qiiPi")
 _PAD = tuple((0,) * (C.MAX_DIMS - n) for n in range(C.MAX_DIMS + 1))
-_N_TENSORS = 8
+_N_TENSORS = 12  # LayerNormMLP's forward: x, gamma, beta, 2 x (W, b), ln_out, y
 
 
 class _Scratch(threading.local):
@@ -772,3 +880,380 @@ def norm_backward(ctx, kind, eps, zero_centered_gamma, dy, x, gamma, mu, rsigma,
                         _tensor(5, dx), _tensor(6, dgamma), _tensor(7, dbeta))
     if st:
         _raise(st)
+
+
+# ---- transformer modules: LayerNormLinear, LayerNormMLP, GroupedLinear ------------------------
+
+def _module(fns, prefix):
+    if fns is None:
+        raise Unsupported("te_%s_create: the loaded libte.so (%s) does not export te_%s_*; "
+                          "rebuild libte" % (prefix, version_string(), prefix))
+    return fns
+
+
+def _options(fns, cls):
+    o = cls()
+    st = fns["options_init"](byref(o))
+    if st:
+        _raise(st)
+    return o
+
+
+def _create(fns, ctx, opts):
+    h = c_void_p()
+    st = fns["create"](byref(h), ctx, byref(opts))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def _forward_compute(fns, ctx, m, args, y, res):
+    st = fns["forward_compute"](ctx, m, args, _tensor(11, y), byref(res))
+    if st:
+        _raise(st)
+    return res
+
+
+def _forward(fns, ctx, m, args, y):
+    h = c_void_p()
+    st = fns["forward"](ctx, m, args, _tensor(11, y), byref(h))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def _forward_save(fns, ctx, m, res):
+    h = c_void_p()
+    st = fns["forward_save"](ctx, m, byref(res), byref(h))
+    if st:
+        _raise(st)
+    return h.value
+
+
+def _scaling_state(fns, ctx, m, selector, role, history_cap):
+    info = te_scaling_state_info(ctypes.sizeof(te_scaling_state_info))
+    history = (c_float * max(history_cap, 1))()
+    st = fns["get_scaling_state"](ctx, m, *selector, role, byref(info), history, history_cap)
+    if st:
+        _raise(st)
+    n = min(history_cap, info.amax_history_len)
+    return info.scale, info.scale_inv, info.amax_history_len, info.fp8_dtype, list(history[:n])
+
+
+def _state_save(fns, ctx, m):
+    size = c_size_t()
+    st = fns["state_save"](ctx, m, None, 0, byref(size))
+    if st:
+        _raise(st)
+    buf = ctypes.create_string_buffer(size.value)
+    st = fns["state_save"](ctx, m, buf, size.value, byref(size))
+    if st:
+        _raise(st)
+    return buf.raw[:size.value]
+
+
+def _state_load(fns, ctx, m, data):
+    st = fns["state_load"](ctx, m, data, len(data))
+    if st:
+        _raise(st)
+
+
+# LayerNormLinear
+
+def layernorm_linear_create(ctx, in_features, out_features, bias, dtype, fuse_wgrad_accumulation,
+                            normalization, eps, zero_centered_gamma):
+    fns = _module(_lnl, "layernorm_linear")
+    o = _options(fns, te_layernorm_linear_options)
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    o.normalization = normalization
+    o.eps = eps
+    o.zero_centered_gamma = 1 if zero_centered_gamma else 0
+    return _create(fns, ctx, o)
+
+
+def layernorm_linear_destroy(m):
+    _lnl["destroy"](m)
+
+
+def _lnl_args(x, gamma, beta, w, b, weight_unchanged, ln_out):
+    a = te_layernorm_linear_forward_args(ctypes.sizeof(te_layernorm_linear_forward_args))
+    a.input = _tensor(0, x)
+    a.ln_weight = _tensor(1, gamma)
+    a.ln_bias = _tensor(2, beta)
+    a.weight = _tensor(3, w)
+    a.bias = _tensor(4, b)
+    a.weight_unchanged = 1 if weight_unchanged else 0
+    a.ln_out = _tensor(5, ln_out)
+    return byref(a)
+
+
+def layernorm_linear_forward_compute(ctx, m, x, gamma, beta, w, b, weight_unchanged, ln_out, y):
+    res = te_layernorm_linear_residuals(ctypes.sizeof(te_layernorm_linear_residuals))
+    return _forward_compute(_module(_lnl, "layernorm_linear"), ctx, m,
+                            _lnl_args(x, gamma, beta, w, b, weight_unchanged, ln_out), y, res)
+
+
+def layernorm_linear_residuals_tensors(res):
+    """(ln_out_t, weight_t, mu, rsigma) TensorDescs and the fp8 flag; mu's data is 0 for
+    RMSNorm."""
+    return (_desc(res.ln_out_t), _desc(res.weight_t), _desc(res.mu), _desc(res.rsigma),
+            bool(res.fp8))
+
+
+def layernorm_linear_residuals_release(res):
+    _lnl["residuals_release"](byref(res))
+
+
+def layernorm_linear_forward_save(ctx, m, res):
+    return _forward_save(_lnl, ctx, m, res)
+
+
+def layernorm_linear_forward(ctx, m, x, gamma, beta, w, b, weight_unchanged, ln_out, y):
+    return _forward(_module(_lnl, "layernorm_linear"), ctx, m,
+                    _lnl_args(x, gamma, beta, w, b, weight_unchanged, ln_out), y)
+
+
+def layernorm_linear_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw, db, once):
+    g = te_layernorm_linear_grads(ctypes.sizeof(te_layernorm_linear_grads))
+    g.dx = _tensor(1, dx)
+    g.dln_weight = _tensor(2, dgamma)
+    g.dln_bias = _tensor(3, dbeta)
+    g.dw = _tensor(4, dw)
+    g.db = _tensor(5, db)
+    st = _lnl["backward"](ctx, bwd, _tensor(0, dy), byref(g), _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def layernorm_linear_backward_ctx_destroy(bwd):
+    _lnl["backward_ctx_destroy"](bwd)
+
+
+def layernorm_linear_get_scaling_state(ctx, m, role, history_cap):
+    return _scaling_state(_lnl, ctx, m, (), role, history_cap)
+
+
+def layernorm_linear_state_save(ctx, m):
+    return _state_save(_lnl, ctx, m)
+
+
+def layernorm_linear_state_load(ctx, m, data):
+    _state_load(_lnl, ctx, m, data)
+
+
+# LayerNormMLP
+
+def layernorm_mlp_create(ctx, hidden_size, ffn_hidden_size, bias, activation, dtype,
+                         fuse_wgrad_accumulation, normalization, eps, zero_centered_gamma):
+    fns = _module(_mlp, "layernorm_mlp")
+    o = _options(fns, te_layernorm_mlp_options)
+    o.hidden_size = hidden_size
+    o.ffn_hidden_size = ffn_hidden_size
+    o.bias = 1 if bias else 0
+    o.activation = activation
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    o.normalization = normalization
+    o.eps = eps
+    o.zero_centered_gamma = 1 if zero_centered_gamma else 0
+    return _create(fns, ctx, o)
+
+
+def layernorm_mlp_destroy(m):
+    _mlp["destroy"](m)
+
+
+def _mlp_args(x, gamma, beta, w1, b1, w2, b2, weight_unchanged, ln_out):
+    a = te_layernorm_mlp_forward_args(ctypes.sizeof(te_layernorm_mlp_forward_args))
+    a.input = _tensor(0, x)
+    a.ln_weight = _tensor(1, gamma)
+    a.ln_bias = _tensor(2, beta)
+    a.fc1_weight = _tensor(3, w1)
+    a.fc1_bias = _tensor(4, b1)
+    a.fc2_weight = _tensor(5, w2)
+    a.fc2_bias = _tensor(6, b2)
+    a.weight_unchanged = 1 if weight_unchanged else 0
+    a.ln_out = _tensor(7, ln_out)
+    return byref(a)
+
+
+def layernorm_mlp_forward_compute(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged,
+                                  ln_out, y):
+    res = te_layernorm_mlp_residuals(ctypes.sizeof(te_layernorm_mlp_residuals))
+    return _forward_compute(_module(_mlp, "layernorm_mlp"), ctx, m,
+                            _mlp_args(x, gamma, beta, w1, b1, w2, b2, weight_unchanged, ln_out),
+                            y, res)
+
+
+def layernorm_mlp_residuals_tensors(res):
+    """(ln_out_t, fc1_weight_t, fc1_out, act_out_t, fc2_weight_t, mu, rsigma) TensorDescs and
+    the fp8 flag."""
+    return (_desc(res.ln_out_t), _desc(res.fc1_weight_t), _desc(res.fc1_out),
+            _desc(res.act_out_t), _desc(res.fc2_weight_t), _desc(res.mu), _desc(res.rsigma),
+            bool(res.fp8))
+
+
+def layernorm_mlp_residuals_release(res):
+    _mlp["residuals_release"](byref(res))
+
+
+def layernorm_mlp_forward_save(ctx, m, res):
+    return _forward_save(_mlp, ctx, m, res)
+
+
+def layernorm_mlp_forward(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged, ln_out, y):
+    return _forward(_module(_mlp, "layernorm_mlp"), ctx, m,
+                    _mlp_args(x, gamma, beta, w1, b1, w2, b2, weight_unchanged, ln_out), y)
+
+
+def layernorm_mlp_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw1, db1, dw2, db2, once):
+    g = te_layernorm_mlp_grads(ctypes.sizeof(te_layernorm_mlp_grads))
+    g.dx = _tensor(1, dx)
+    g.dln_weight = _tensor(2, dgamma)
+    g.dln_bias = _tensor(3, dbeta)
+    g.dfc1_weight = _tensor(4, dw1)
+    g.dfc1_bias = _tensor(5, db1)
+    g.dfc2_weight = _tensor(6, dw2)
+    g.dfc2_bias = _tensor(7, db2)
+    st = _mlp["backward"](ctx, bwd, _tensor(0, dy), byref(g), _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def layernorm_mlp_backward_ctx_destroy(bwd):
+    _mlp["backward_ctx_destroy"](bwd)
+
+
+def layernorm_mlp_get_scaling_state(ctx, m, gemm, role, history_cap):
+    return _scaling_state(_mlp, ctx, m, (gemm,), role, history_cap)
+
+
+def layernorm_mlp_state_save(ctx, m):
+    return _state_save(_mlp, ctx, m)
+
+
+def layernorm_mlp_state_load(ctx, m, data):
+    _state_load(_mlp, ctx, m, data)
+
+
+# GroupedLinear: arrays of tensors are lists of TensorDescs, m_splits a list of ints.
+
+def grouped_linear_create(ctx, num_gemms, in_features, out_features, bias, dtype,
+                          fuse_wgrad_accumulation):
+    fns = _module(_grouped, "grouped_linear")
+    o = _options(fns, te_grouped_linear_options)
+    o.num_gemms = num_gemms
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    return _create(fns, ctx, o)
+
+
+def grouped_linear_destroy(g):
+    _grouped["destroy"](g)
+
+
+def _at_most(values, name):
+    if len(values) > C.GROUPED_LINEAR_MAX_GEMMS:
+        raise InvalidArgument("argument '%s': expected at most %d entries "
+                              "(TE_GROUPED_LINEAR_MAX_GEMMS), got %d"
+                              % (name, C.GROUPED_LINEAR_MAX_GEMMS, len(values)))
+
+
+class _TensorArray:
+    """A C array of te_tensor pointers over a list of TensorDescs (None entries are NULL),
+    kept alive as long as this object. It always holds GROUPED_LINEAR_MAX_GEMMS pointers, NULL
+    past the list: the library reads num_gemms of them, so a short list is an error naming the
+    missing element, never a read past the array."""
+
+    __slots__ = ("tensors", "pointers")
+
+    def __init__(self, descs, name):
+        _at_most(descs, name)
+        n = len(descs)
+        self.tensors = (te_tensor * max(n, 1))()
+        self.pointers = (c_void_p * C.GROUPED_LINEAR_MAX_GEMMS)()
+        base = ctypes.addressof(self.tensors)
+        size = ctypes.sizeof(te_tensor)
+        for i, desc in enumerate(descs):
+            if desc is None:
+                continue
+            data, dtype, shape, device_type, device_index, scale_inv, scaling = desc
+            _TENSOR.pack_into(self.tensors, i * size, data or 0, dtype, len(shape), *shape,
+                              *_PAD[len(shape)], device_type, device_index, scale_inv or 0,
+                              scaling)
+            self.pointers[i] = base + i * size
+
+
+def _grouped_args(x, m_splits, weights, biases, weight_unchanged):
+    """The forward args and what they point to (to keep alive for the call)."""
+    a = te_grouped_linear_forward_args(ctypes.sizeof(te_grouped_linear_forward_args))
+    _at_most(m_splits, "m_splits")
+    splits = (c_int64 * C.GROUPED_LINEAR_MAX_GEMMS)(*m_splits)
+    w = _TensorArray(weights, "weights")
+    b = _TensorArray(biases, "biases") if biases is not None else None
+    a.input = _tensor(0, x)
+    a.m_splits = ctypes.addressof(splits)
+    a.weights = ctypes.addressof(w.pointers)
+    a.biases = ctypes.addressof(b.pointers) if b is not None else None
+    a.weight_unchanged = 1 if weight_unchanged else 0
+    return a, (splits, w, b)
+
+
+def grouped_linear_forward_compute(ctx, g, x, m_splits, weights, biases, weight_unchanged, y):
+    fns = _module(_grouped, "grouped_linear")
+    a, _keep = _grouped_args(x, m_splits, weights, biases, weight_unchanged)
+    res = te_grouped_linear_residuals(ctypes.sizeof(te_grouped_linear_residuals))
+    return _forward_compute(fns, ctx, g, byref(a), y, res)
+
+
+def grouped_linear_residuals_fp8(res):
+    return bool(res.fp8)
+
+
+def grouped_linear_residuals_release(res):
+    _grouped["residuals_release"](byref(res))
+
+
+def grouped_linear_forward_save(ctx, g, res):
+    return _forward_save(_grouped, ctx, g, res)
+
+
+def grouped_linear_forward(ctx, g, x, m_splits, weights, biases, weight_unchanged, y):
+    fns = _module(_grouped, "grouped_linear")
+    a, _keep = _grouped_args(x, m_splits, weights, biases, weight_unchanged)
+    return _forward(fns, ctx, g, byref(a), y)
+
+
+def grouped_linear_backward(ctx, bwd, dy, dx, dw, db, once):
+    """dw, db: lists of TensorDescs, or None to skip the whole array."""
+    w = _TensorArray(dw, "dw") if dw is not None else None
+    b = _TensorArray(db, "db") if db is not None else None
+    st = _grouped["backward"](ctx, bwd, _tensor(0, dy), _tensor(1, dx),
+                              ctypes.addressof(w.pointers) if w is not None else None,
+                              ctypes.addressof(b.pointers) if b is not None else None,
+                              _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def grouped_linear_backward_ctx_destroy(bwd):
+    _grouped["backward_ctx_destroy"](bwd)
+
+
+def grouped_linear_get_scaling_state(ctx, g, expert, role, history_cap):
+    return _scaling_state(_grouped, ctx, g, (expert,), role, history_cap)
+
+
+def grouped_linear_state_save(ctx, g):
+    return _state_save(_grouped, ctx, g)
+
+
+def grouped_linear_state_load(ctx, g, data):
+    _state_load(_grouped, ctx, g, data)

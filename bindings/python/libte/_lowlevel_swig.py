@@ -9,7 +9,7 @@ registered below.
 from . import _constants as C
 from . import _te_swig as _te  # ImportError when not built: _lowlevel falls back to ctypes
 from ._nccl_id import id_bytes
-from .errors import error_for_status
+from .errors import InvalidArgument, Unsupported, error_for_status
 
 NAME = "swig"
 
@@ -20,7 +20,11 @@ SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
     "te_group_nccl_options", "te_autocast_options", "te_autocast_state", "te_linear_options",
     "te_linear_forward_args", "te_linear_residuals", "te_linear_backward_args",
     "te_scaling_state_info", "te_quantize_options", "te_gemm_options", "te_norm_options",
-    "te_norm_forward_args")}
+    "te_norm_forward_args", "te_layernorm_linear_options", "te_layernorm_linear_forward_args",
+    "te_layernorm_linear_residuals", "te_layernorm_linear_grads", "te_layernorm_mlp_options",
+    "te_layernorm_mlp_forward_args", "te_layernorm_mlp_residuals", "te_layernorm_mlp_grads",
+    "te_grouped_linear_options", "te_grouped_linear_forward_args",
+    "te_grouped_linear_residuals")}
 
 version = _te.te_version
 version_string = _te.te_version_string
@@ -258,3 +262,229 @@ def norm_forward(ctx, kind, eps, zero_centered_gamma, x, gamma, beta, out, out_t
 
 
 norm_backward = _te.te_swig_norm_backward
+
+
+# ---- transformer modules: LayerNormLinear, LayerNormMLP, GroupedLinear ------------------------
+
+def _scaling_state(getter, ctx, m, selector, role, history_cap):
+    import array
+    info = _te.te_scaling_state_info()
+    history = array.array("f", bytes(4 * history_cap)) if history_cap else None
+    getter(ctx, m, *selector, role, info, history)
+    n = min(history_cap, info.amax_history_len)
+    return (info.scale, info.scale_inv, info.amax_history_len, info.fp8_dtype,
+            list(history[:n]) if history is not None else [])
+
+
+def _state_save(saver, ctx, m):
+    size = saver(ctx, m, None)
+    buf = bytearray(size)
+    size = saver(ctx, m, buf)
+    return bytes(buf[:size])
+
+
+# LayerNormLinear
+
+def layernorm_linear_create(ctx, in_features, out_features, bias, dtype, fuse_wgrad_accumulation,
+                            normalization, eps, zero_centered_gamma):
+    o = _te.te_layernorm_linear_options()
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    o.normalization = normalization
+    o.eps = eps
+    o.zero_centered_gamma = 1 if zero_centered_gamma else 0
+    return _te.te_layernorm_linear_create(ctx, o)
+
+
+layernorm_linear_destroy = _te.te_layernorm_linear_destroy
+
+
+def layernorm_linear_forward_compute(ctx, m, x, gamma, beta, w, b, weight_unchanged, ln_out, y):
+    res = _te.te_layernorm_linear_residuals()
+    _te.te_swig_layernorm_linear_forward_compute(ctx, m, x, gamma, beta, w, b,
+                                                 1 if weight_unchanged else 0, ln_out, y, res)
+    return res
+
+
+layernorm_linear_residuals_tensors = _te.te_swig_layernorm_linear_residuals_tensors
+layernorm_linear_residuals_release = _te.te_layernorm_linear_residuals_release
+layernorm_linear_forward_save = _te.te_layernorm_linear_forward_save
+
+
+def layernorm_linear_forward(ctx, m, x, gamma, beta, w, b, weight_unchanged, ln_out, y):
+    return _te.te_swig_layernorm_linear_forward(ctx, m, x, gamma, beta, w, b,
+                                                1 if weight_unchanged else 0, ln_out, y)
+
+
+def layernorm_linear_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw, db, once):
+    _te.te_swig_layernorm_linear_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw, db,
+                                          1 if once else 0)
+
+
+layernorm_linear_backward_ctx_destroy = _te.te_layernorm_linear_backward_ctx_destroy
+
+
+def layernorm_linear_get_scaling_state(ctx, m, role, history_cap):
+    return _scaling_state(_te.te_layernorm_linear_get_scaling_state, ctx, m, (), role,
+                          history_cap)
+
+
+def layernorm_linear_state_save(ctx, m):
+    return _state_save(_te.te_layernorm_linear_state_save, ctx, m)
+
+
+layernorm_linear_state_load = _te.te_layernorm_linear_state_load
+
+
+# LayerNormMLP
+
+def layernorm_mlp_create(ctx, hidden_size, ffn_hidden_size, bias, activation, dtype,
+                         fuse_wgrad_accumulation, normalization, eps, zero_centered_gamma):
+    o = _te.te_layernorm_mlp_options()
+    o.hidden_size = hidden_size
+    o.ffn_hidden_size = ffn_hidden_size
+    o.bias = 1 if bias else 0
+    o.activation = activation
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    o.normalization = normalization
+    o.eps = eps
+    o.zero_centered_gamma = 1 if zero_centered_gamma else 0
+    return _te.te_layernorm_mlp_create(ctx, o)
+
+
+layernorm_mlp_destroy = _te.te_layernorm_mlp_destroy
+
+
+def layernorm_mlp_forward_compute(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged,
+                                  ln_out, y):
+    res = _te.te_layernorm_mlp_residuals()
+    _te.te_swig_layernorm_mlp_forward_compute(ctx, m, x, gamma, beta, w1, b1, w2, b2,
+                                              1 if weight_unchanged else 0, ln_out, y, res)
+    return res
+
+
+layernorm_mlp_residuals_tensors = _te.te_swig_layernorm_mlp_residuals_tensors
+layernorm_mlp_residuals_release = _te.te_layernorm_mlp_residuals_release
+layernorm_mlp_forward_save = _te.te_layernorm_mlp_forward_save
+
+
+def layernorm_mlp_forward(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged, ln_out, y):
+    return _te.te_swig_layernorm_mlp_forward(ctx, m, x, gamma, beta, w1, b1, w2, b2,
+                                             1 if weight_unchanged else 0, ln_out, y)
+
+
+def layernorm_mlp_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw1, db1, dw2, db2, once):
+    _te.te_swig_layernorm_mlp_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw1, db1, dw2, db2,
+                                       1 if once else 0)
+
+
+layernorm_mlp_backward_ctx_destroy = _te.te_layernorm_mlp_backward_ctx_destroy
+
+
+def layernorm_mlp_get_scaling_state(ctx, m, gemm, role, history_cap):
+    return _scaling_state(_te.te_layernorm_mlp_get_scaling_state, ctx, m, (gemm,), role,
+                          history_cap)
+
+
+def layernorm_mlp_state_save(ctx, m):
+    return _state_save(_te.te_layernorm_mlp_state_save, ctx, m)
+
+
+layernorm_mlp_state_load = _te.te_layernorm_mlp_state_load
+
+
+# GroupedLinear (absent from a module built against a libte.so without it: see build.py)
+
+_GROUPED = hasattr(_te, "te_swig_grouped_linear_forward")
+
+
+def _grouped():
+    if not _GROUPED:
+        raise Unsupported("te_grouped_linear_create: the loaded libte.so (%s) does not export "
+                          "te_grouped_linear_*; rebuild libte" % _te.te_version_string())
+
+
+def _at_most(values, name):
+    if len(values) > C.GROUPED_LINEAR_MAX_GEMMS:
+        raise InvalidArgument("argument '%s': expected at most %d entries "
+                              "(TE_GROUPED_LINEAR_MAX_GEMMS), got %d"
+                              % (name, C.GROUPED_LINEAR_MAX_GEMMS, len(values)))
+
+
+def grouped_linear_create(ctx, num_gemms, in_features, out_features, bias, dtype,
+                          fuse_wgrad_accumulation):
+    _grouped()
+    o = _te.te_grouped_linear_options()
+    o.num_gemms = num_gemms
+    o.in_features = in_features
+    o.out_features = out_features
+    o.bias = 1 if bias else 0
+    o.activation_dtype = dtype
+    o.fuse_wgrad_accumulation = 1 if fuse_wgrad_accumulation else 0
+    return _te.te_grouped_linear_create(ctx, o)
+
+
+def grouped_linear_destroy(g):
+    _te.te_grouped_linear_destroy(g)
+
+
+def grouped_linear_forward_compute(ctx, g, x, m_splits, weights, biases, weight_unchanged, y):
+    _grouped()
+    _at_most(m_splits, "m_splits")
+    _at_most(weights, "weights")
+    if biases is not None:
+        _at_most(biases, "biases")
+    res = _te.te_grouped_linear_residuals()
+    _te.te_swig_grouped_linear_forward_compute(ctx, g, x, m_splits, weights, biases,
+                                               1 if weight_unchanged else 0, y, res)
+    return res
+
+
+def grouped_linear_residuals_fp8(res):
+    return bool(res.fp8)
+
+
+def grouped_linear_residuals_release(res):
+    _te.te_grouped_linear_residuals_release(res)
+
+
+def grouped_linear_forward_save(ctx, g, res):
+    return _te.te_grouped_linear_forward_save(ctx, g, res)
+
+
+def grouped_linear_forward(ctx, g, x, m_splits, weights, biases, weight_unchanged, y):
+    _grouped()
+    _at_most(m_splits, "m_splits")
+    _at_most(weights, "weights")
+    if biases is not None:
+        _at_most(biases, "biases")
+    return _te.te_swig_grouped_linear_forward(ctx, g, x, m_splits, weights, biases,
+                                              1 if weight_unchanged else 0, y)
+
+
+def grouped_linear_backward(ctx, bwd, dy, dx, dw, db, once):
+    for arr, name in ((dw, "dw"), (db, "db")):
+        if arr is not None:
+            _at_most(arr, name)
+    _te.te_swig_grouped_linear_backward(ctx, bwd, dy, dx, dw, db, 1 if once else 0)
+
+
+def grouped_linear_backward_ctx_destroy(bwd):
+    _te.te_grouped_linear_backward_ctx_destroy(bwd)
+
+
+def grouped_linear_get_scaling_state(ctx, g, expert, role, history_cap):
+    return _scaling_state(_te.te_grouped_linear_get_scaling_state, ctx, g, (expert,), role,
+                          history_cap)
+
+
+def grouped_linear_state_save(ctx, g):
+    return _state_save(_te.te_grouped_linear_state_save, ctx, g)
+
+
+def grouped_linear_state_load(ctx, g, data):
+    _te.te_grouped_linear_state_load(ctx, g, data)
