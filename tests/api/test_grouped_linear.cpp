@@ -711,10 +711,13 @@ TEST_F(GroupedLinearTest, ResidualsReleaseAndCopies) {
                           "te_grouped_linear_forward_save", "residuals"));
   ASSERT_TE_OK(te_grouped_linear_forward_save(ctx_, g_.get(), &r, &out));
   GroupedBwdPtr hold(out);
-  // Destroying the layer first is fine: the backward context keeps what it needs.
+  // Destroying the layer first is fine: the backward context keeps what it needs, until a
+  // TE_BACKWARD_ONCE backward lets go of the last reference to it.
   g_.reset();
   Grads gr(kN, 32, kIn, kOut, TE_DTYPE_F32, TE_DTYPE_F32);
   EXPECT_TE_OK(te_grouped_linear_backward(ctx_, out, dy_.get(), gr.dx.get(), gr.dwp.data(), gr.dbp.data(), nullptr));
+  te_linear_backward_args once = backward_flags(TE_BACKWARD_ONCE);
+  EXPECT_TE_OK(te_grouped_linear_backward(ctx_, out, dy_.get(), gr.dx.get(), gr.dwp.data(), gr.dbp.data(), &once));
 }
 
 TEST_F(GroupedLinearTest, StateRoundTripResumesBitExactly) {
@@ -810,29 +813,42 @@ TEST_F(GroupedLinearTest, StateLoadRefusesForeignOrCorruptBuffersAndOpenPasses) 
   }
 }
 
-// The most experts the header allows, in high precision and FP8, with every expert one token.
+// The most experts the header allows, in high precision and FP8. Counts 1..80 (every seventh
+// expert empty): in high precision each count is its own scratch block size, more than one
+// ScratchPlan holds, so the scratch is reserved in rounds.
 TEST_F(GroupedLinearTest, MaxGemms) {
   const int n = TE_GROUPED_LINEAR_MAX_GEMMS;
   GroupedPtr g = make_grouped(ctx_, n, 16, 16, 0, TE_DTYPE_BF16);
   ASSERT_TRUE(g);
   Params p(n, 16, 16, TE_DTYPE_BF16, 7);
-  std::vector<int64_t> splits(static_cast<size_t>(n), 1);
-  splits[3] = 0;
-  splits[5] = 2;
-  HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {n, 16}, -1.0f, 1.0f, 9);
-  HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {n, 16}, -1.0f, 1.0f, 10);
+  std::vector<int64_t> splits(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) splits[static_cast<size_t>(i)] = i % 7 == 3 ? 0 : 1 + (i * 37) % 80;
+  const int64_t tokens = total(splits);
+  HostTensor x = lt::random_tensor(TE_DTYPE_BF16, {tokens, 16}, -1.0f, 1.0f, 9);
+  HostTensor dy = lt::random_tensor(TE_DTYPE_BF16, {tokens, 16}, -1.0f, 1.0f, 10);
   for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "FP8" : "high precision");
     te_grouped_linear_forward_args fa = forward_args(x, splits, p, 0);
-    HostTensor y(TE_DTYPE_BF16, {n, 16});
+    HostTensor y(TE_DTYPE_BF16, {tokens, 16});
     te_grouped_linear_backward_ctx *b = nullptr;
     {
       MaybeScope scope(ctx_, fp8 ? recipe_.get() : nullptr);
       ASSERT_TE_OK(te_grouped_linear_forward(ctx_, g.get(), &fa, y.get(), &b));
     }
     GroupedBwdPtr hold(b);
-    Grads gr(n, n, 16, 16, TE_DTYPE_BF16, TE_DTYPE_BF16);
+    Grads gr(n, tokens, 16, 16, TE_DTYPE_BF16, TE_DTYPE_BF16);
     ASSERT_TE_OK(te_grouped_linear_backward(ctx_, b, dy.get(), gr.dx.get(), gr.dwp.data(), nullptr, nullptr));
     for (unsigned char byte : gr.dw[3].bytes) ASSERT_EQ(byte, 0);
+    if (fp8) continue;
+    // The last experts (after every round of reserving) against the fp64 reference.
+    int64_t row0 = tokens;
+    for (int i = n - 1; i >= n - 8; --i) {
+      const int64_t m = splits[static_cast<size_t>(i)];
+      row0 -= m;
+      if (m == 0) continue;
+      const std::vector<float> xv = rows_of(x, row0, m).values_f32(), wv = p.w[i].values_f32();
+      EXPECT_TRUE(close_rows(y, row0, lt::ref_gemm_nt(lt::to_double(xv), lt::to_double(wv), m, 16, 16), "y", i));
+    }
   }
   // An odd-sized BF16 weight (in = out = 1 are fine outside FP8) of an empty expert is zeroed
   // to the last byte, whatever the alignment of the caller's tensor.

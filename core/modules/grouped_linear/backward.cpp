@@ -35,13 +35,9 @@ struct BackwardSteps {
   }
 };
 
-}  // namespace
-
-void grouped_linear_backward(Context &ctx, GroupedLinearBackwardCtx &bwd, const GroupedLinearBackwardArgs &args) {
-  if (!bwd.saved)
-    fail(Status::InvalidState, "argument 'bwd': its residuals were freed by an earlier TE_BACKWARD_ONCE backward");
-  GroupedLinearSaved &s = *bwd.saved;
-  validate_backward(ctx, s, args);
+// The backward of every expert. Its steps live in the layer's call storage and are gone when it
+// returns (before a TE_BACKWARD_ONCE release, which may drop the last reference to the layer).
+void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwardArgs &args) {
   GroupedLinearCore &L = *s.layer;
   const GroupedLinearOptions &o = L.opts;
   const int n = o.num_gemms;
@@ -106,6 +102,15 @@ void grouped_linear_backward(Context &ctx, GroupedLinearBackwardCtx &bwd, const 
       if (step) step->register_state(s.ticket.pass);
     if (s.ticket.first) ac.finish_backward_pass(s.ticket.pass);
   }
+}
+
+}  // namespace
+
+void grouped_linear_backward(Context &ctx, GroupedLinearBackwardCtx &bwd, const GroupedLinearBackwardArgs &args) {
+  if (!bwd.saved)
+    fail(Status::InvalidState, "argument 'bwd': its residuals were freed by an earlier TE_BACKWARD_ONCE backward");
+  validate_backward(ctx, *bwd.saved, args);
+  run_backward(ctx, *bwd.saved, args);
   if (args.once) {
     grouped_linear_pools(ctx).saved.release(bwd.saved);
     bwd.saved = nullptr;
