@@ -51,6 +51,9 @@ enum Dead {
     Linear(*mut sys::te_linear),
     Backward(*mut sys::te_linear_backward_ctx),
     Residuals(*mut c_void), // te_linear_residuals::internal
+    /// Any other handle (the transformer modules', their backward contexts' and residuals'
+    /// `internal`) with the function that destroys it.
+    Handle(*mut c_void, unsafe fn(*mut c_void)),
 }
 
 impl Dead {
@@ -69,6 +72,7 @@ impl Dead {
                 r.internal = internal;
                 sys::te_linear_residuals_release(&mut r)
             }
+            Dead::Handle(p, destroy) => destroy(p),
         }
     }
 }
@@ -124,6 +128,12 @@ impl Shared {
 
     pub(crate) fn dispose_residuals(&self, internal: *mut c_void) {
         self.dispose(Dead::Residuals(internal))
+    }
+
+    /// Destroys `p` with `destroy` now or, while the `Context` lives, on its thread (as the
+    /// other `dispose_*`).
+    pub(crate) fn dispose_with(&self, p: *mut c_void, destroy: unsafe fn(*mut c_void)) {
+        self.dispose(Dead::Handle(p, destroy))
     }
 
     fn dispose(&self, dead: Dead) {
@@ -203,7 +213,18 @@ pub enum Activation {
 }
 
 impl Activation {
-    fn to_raw(self) -> sys::te_activation {
+    pub(crate) fn from_raw(raw: sys::te_activation) -> Option<Activation> {
+        match raw {
+            sys::te_activation::TE_ACTIVATION_RELU => Some(Activation::Relu),
+            sys::te_activation::TE_ACTIVATION_GELU => Some(Activation::Gelu),
+            sys::te_activation::TE_ACTIVATION_SWIGLU => Some(Activation::Swiglu),
+            sys::te_activation::TE_ACTIVATION_GEGLU => Some(Activation::Geglu),
+            sys::te_activation::TE_ACTIVATION_SRELU => Some(Activation::Srelu),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn to_raw(self) -> sys::te_activation {
         match self {
             Activation::Relu => sys::te_activation::TE_ACTIVATION_RELU,
             Activation::Gelu => sys::te_activation::TE_ACTIVATION_GELU,

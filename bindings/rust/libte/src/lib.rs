@@ -10,6 +10,9 @@
 //!   joined with an [`NcclId`]. `Send + Sync`.
 //! * [`Linear`]: an FP8 linear layer's state; `forward_compute` / `forward_save` / `forward`
 //!   give a [`BackwardCtx`] to run `backward` with.
+//! * The transformer modules, with `Linear`'s contract: [`LayerNormLinear`] (norm + linear),
+//!   [`LayerNormMlp`] (norm, fc1, activation, fc2) and [`GroupedLinear`] (one linear per expert
+//!   over consecutive row groups).
 //! * [`Context::norm_forward`] / [`Context::norm_backward`]: LayerNorm and RMSNorm
 //!   ([`NormOptions`]), with FP8 outputs and their transpose.
 //! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`] or
@@ -58,8 +61,12 @@ mod autocast;
 mod context;
 mod error;
 mod group;
+mod grouped_linear;
 mod half;
+mod layernorm_linear;
+mod layernorm_mlp;
 mod linear;
+mod module;
 mod norm;
 mod recipe;
 mod tensor;
@@ -70,7 +77,19 @@ pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
 pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
 pub use crate::error::{Error, Result, Status};
 pub use crate::group::{nccl_unique_id, Group, NcclId, NCCL_ID_BYTES};
+pub use crate::grouped_linear::{
+    GroupedLinear, GroupedLinearArgs, GroupedLinearBackwardCtx, GroupedLinearGrads,
+    GroupedLinearOptions, GroupedLinearResiduals, GROUPED_LINEAR_MAX_GEMMS,
+};
 pub use crate::half::{Bf16, F16};
+pub use crate::layernorm_linear::{
+    LayerNormLinear, LayerNormLinearArgs, LayerNormLinearBackwardCtx, LayerNormLinearGrads,
+    LayerNormLinearOptions, LayerNormLinearResiduals,
+};
+pub use crate::layernorm_mlp::{
+    LayerNormMlp, LayerNormMlpArgs, LayerNormMlpBackwardCtx, LayerNormMlpGrads,
+    LayerNormMlpOptions, LayerNormMlpResiduals, MlpGemm,
+};
 pub use crate::linear::{
     BackwardCtx, ForwardArgs, Linear, LinearOptions, Residuals, ScalingStateInfo, TensorRole,
 };
@@ -152,6 +171,72 @@ pub const HEADER_VERSION: u32 = sys::TE_VERSION_NUMBER;
 /// let bwd = fc.forward(&ctx, &args, &mut TensorViewMut::from_slice(&mut y, &[16, 16]).unwrap());
 /// x[0] = 1.0;
 /// drop(bwd);
+/// ```
+/// The transformer modules borrow likewise: libte references x and gamma (always) and the
+/// weights (in high precision) until the backward context is destroyed (te.h), so changing x
+/// while a LayerNormLinear's backward context lives does not compile:
+/// ```compile_fail
+/// # use libte::*;
+/// let ctx = Context::cpu().unwrap();
+/// let mut m = LayerNormLinear::new(&ctx, &LayerNormLinearOptions { activation_dtype: DType::F32,
+///     bias: false, ..LayerNormLinearOptions::new(16, 16) }).unwrap();
+/// let mut x = vec![0.0f32; 256];
+/// let (g, b, w) = (vec![1.0f32; 16], vec![0.0f32; 16], vec![0.0f32; 256]);
+/// let mut y = vec![0.0f32; 256];
+/// let args = LayerNormLinearArgs::new(TensorView::from_slice(&x, &[16, 16]).unwrap(),
+///     TensorView::from_slice(&g, &[16]).unwrap(), TensorView::from_slice(&w, &[16, 16]).unwrap())
+///     .ln_bias(TensorView::from_slice(&b, &[16]).unwrap());
+/// let bwd = m.forward(&ctx, &args, &mut TensorViewMut::from_slice(&mut y, &[16, 16]).unwrap(), None);
+/// x[0] = 1.0;
+/// drop(bwd);
+/// ```
+/// nor does freeing gamma while a LayerNormMLP's residuals live:
+/// ```compile_fail
+/// # use libte::*;
+/// let ctx = Context::cpu().unwrap();
+/// let mut m = LayerNormMlp::new(&ctx, &LayerNormMlpOptions { activation_dtype: DType::F32,
+///     bias: false, norm: NormOptions::new(NormKind::RmsNorm),
+///     ..LayerNormMlpOptions::new(16, 16) }).unwrap();
+/// let x = vec![0.0f32; 256];
+/// let g = vec![1.0f32; 16];
+/// let (w1, w2) = (vec![0.0f32; 256], vec![0.0f32; 256]);
+/// let mut y = vec![0.0f32; 256];
+/// let args = LayerNormMlpArgs::new(TensorView::from_slice(&x, &[16, 16]).unwrap(),
+///     TensorView::from_slice(&g, &[16]).unwrap(), TensorView::from_slice(&w1, &[16, 16]).unwrap(),
+///     TensorView::from_slice(&w2, &[16, 16]).unwrap());
+/// let res = m.forward_compute(&ctx, &args, &mut TensorViewMut::from_slice(&mut y, &[16, 16]).unwrap(), None);
+/// drop(g);
+/// drop(res);
+/// ```
+/// nor changing an expert's weight while a GroupedLinear's backward context lives (the slice
+/// of views and m_splits are borrowed for the call only):
+/// ```compile_fail
+/// # use libte::*;
+/// let ctx = Context::cpu().unwrap();
+/// let mut m = GroupedLinear::new(&ctx, &GroupedLinearOptions { activation_dtype: DType::F32,
+///     bias: false, ..GroupedLinearOptions::new(2, 16, 16) }).unwrap();
+/// let x = vec![0.0f32; 256];
+/// let (mut w0, w1) = (vec![0.0f32; 256], vec![0.0f32; 256]);
+/// let mut y = vec![0.0f32; 256];
+/// let bwd = {
+///     let weights = [TensorView::from_slice(&w0, &[16, 16]).unwrap(),
+///                    TensorView::from_slice(&w1, &[16, 16]).unwrap()];
+///     let splits = [10, 6];
+///     let args = GroupedLinearArgs::new(TensorView::from_slice(&x, &[16, 16]).unwrap(), &splits,
+///                                       &weights);
+///     m.forward(&ctx, &args, &mut TensorViewMut::from_slice(&mut y, &[16, 16]).unwrap())
+/// };
+/// w0[0] = 1.0;
+/// drop(bwd);
+/// ```
+/// The modules and their backward contexts are not `Sync` either:
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::LayerNormMlp>();
+/// ```
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::GroupedLinearBackwardCtx<'static>>();
 /// ```
 #[doc(hidden)]
 pub mod compile_checks {}

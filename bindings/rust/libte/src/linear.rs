@@ -83,7 +83,7 @@ pub enum TensorRole {
 }
 
 impl TensorRole {
-    fn to_raw(self) -> sys::te_tensor_role {
+    pub(crate) fn to_raw(self) -> sys::te_tensor_role {
         match self {
             TensorRole::Input => sys::te_tensor_role::TE_ROLE_INPUT,
             TensorRole::Weight => sys::te_tensor_role::TE_ROLE_WEIGHT,

@@ -19,10 +19,18 @@ pub enum NormKind {
 }
 
 impl NormKind {
-    fn to_raw(self) -> sys::te_norm_kind {
+    pub(crate) fn to_raw(self) -> sys::te_norm_kind {
         match self {
             NormKind::LayerNorm => sys::te_norm_kind::TE_NORM_LAYERNORM,
             NormKind::RmsNorm => sys::te_norm_kind::TE_NORM_RMSNORM,
+        }
+    }
+
+    pub(crate) fn from_raw(raw: sys::te_norm_kind) -> Option<NormKind> {
+        match raw {
+            sys::te_norm_kind::TE_NORM_LAYERNORM => Some(NormKind::LayerNorm),
+            sys::te_norm_kind::TE_NORM_RMSNORM => Some(NormKind::RmsNorm),
+            _ => None,
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use libte::*;
 
+pub mod reference;
+
 /// A deterministic pseudo-random sequence (splitmix64), values in [-1, 1).
 pub fn fill(seed: u64, n: usize) -> Vec<f32> {
     let mut state = seed;
