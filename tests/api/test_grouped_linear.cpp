@@ -577,6 +577,36 @@ TEST_F(GroupedLinearTest, OneBucketUpdatePerPassAndEmptyExpertsSitOut) {
   for (unsigned char byte : gr.db[1].bytes) ASSERT_EQ(byte, 0);
 }
 
+// The first module's backward ends the pass even when it quantizes no dy (no dx and no dW asked
+// for): the second module's GRAD_OUTPUT states are updated then, not at a later flush.
+TEST_F(GroupedLinearTest, FirstModuleBackwardEndsThePassEvenWhenItQuantizesNothing) {
+  for (int only_db = 0; only_db < 2; ++only_db) {
+    SCOPED_TRACE(only_db ? "first module's backward: db only" : "first module's backward: nothing");
+    GroupedPtr first = make_grouped(ctx_, kN, kIn, kOut, 1, TE_DTYPE_F32);
+    GroupedPtr second = make_grouped(ctx_, kN, kIn, kOut, 1, TE_DTYPE_F32);
+    HostTensor y(TE_DTYPE_F32, {32, kOut});
+    te_grouped_linear_forward_args fa = forward_args(x_, splits_, p_, 1);
+    te_grouped_linear_backward_ctx *b1 = nullptr, *b2 = nullptr;
+    {
+      lt::AutocastScope scope(ctx_, recipe_.get());
+      ASSERT_TE_OK(te_grouped_linear_forward(ctx_, first.get(), &fa, y.get(), &b1));
+      ASSERT_TE_OK(te_grouped_linear_forward(ctx_, second.get(), &fa, y.get(), &b2));
+    }
+    GroupedBwdPtr h1(b1), h2(b2);
+    Grads gr(kN, 32, kIn, kOut, TE_DTYPE_F32, TE_DTYPE_F32);
+    ASSERT_TE_OK(te_grouped_linear_backward(ctx_, b2, dy_.get(), gr.dx.get(), gr.dwp.data(), gr.dbp.data(), nullptr));
+    EXPECT_EQ(expert_state(ctx_, second.get(), 0, TE_ROLE_GRAD_OUTPUT).info.scale, 1.0f)
+        << "updated before the first module's backward";
+    const te_context_stats before = lt::context_stats(ctx_);
+    ASSERT_TE_OK(te_grouped_linear_backward(ctx_, b1, dy_.get(), nullptr, nullptr, only_db ? gr.dbp.data() : nullptr,
+                                            nullptr));
+    EXPECT_EQ(lt::context_stats(ctx_).bucket_updates - before.bucket_updates, 1u)
+        << "the pass's backward bucket was not updated";
+    EXPECT_EQ(expert_state(ctx_, second.get(), 0, TE_ROLE_GRAD_OUTPUT).info.scale,
+              57344.0f / amax_of(rows_of(dy_, 0, splits_[0]).values_f32()));
+  }
+}
+
 TEST_F(GroupedLinearTest, BackwardAgainIsIdenticalAndOnceFreesTheResiduals) {
   HostTensor y(TE_DTYPE_F32, {32, kOut});
   GroupedBwdPtr b(forward(x_, splits_, y));

@@ -81,7 +81,12 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
     states += steps.steps[i]->states_to_register();
   }
   scratch.reserve();
-  if (states) ac.reserve_backward(s.ticket.pass, states);
+  // The first FP8 module's backward ends its pass (te.h), also when it quantizes no dy itself
+  // (no dx and no dW asked for, or no expert with tokens) and so registers nothing: the other
+  // modules' GRAD_OUTPUT states wait in the pass's bucket. Reserving first keeps the update from
+  // allocating after the outputs were written.
+  const bool ends_pass = s.ticket.first && s.ticket.pass != 0;
+  if (states || ends_pass) ac.reserve_backward(s.ticket.pass, states);
 
   if (zero_grads) be.fill_floats(zero4.floats(), 0.0f, 1);
   for (auto &step : steps.steps)
@@ -97,11 +102,10 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
     steps.steps[i]->run();
     if (e.is_padded() && want_dx) unpad_rows(be, e, dx_pad2d, dx2d);
   }
-  if (states) {
+  if (states)
     for (auto &step : steps.steps)
       if (step) step->register_state(s.ticket.pass);
-    if (s.ticket.first) ac.finish_backward_pass(s.ticket.pass);
-  }
+  if (ends_pass) ac.finish_backward_pass(s.ticket.pass);
 }
 
 }  // namespace
