@@ -13,7 +13,9 @@ Two layers:
     tensor views over Julia arrays, and [`LibTEError`](@ref) for every failed call; and
     `src/ops.jl`, the FP8 primitives ([`quantize`](@ref), [`cast_transpose`](@ref),
     [`dequantize`](@ref), [`amax`](@ref), [`gemm`](@ref)) over [`Float8Array`](@ref)s; and
-    `src/norm.jl`, LayerNorm and RMSNorm ([`norm_forward`](@ref), [`norm_backward`](@ref)).
+    `src/norm.jl`, LayerNorm and RMSNorm ([`norm_forward`](@ref), [`norm_backward`](@ref)); and
+    `src/modules.jl`, the transformer modules ([`LayerNormLinear`](@ref),
+    [`LayerNormMLP`](@ref), [`GroupedLinear`](@ref)).
 
 # Finding the library
 
@@ -43,6 +45,7 @@ include("gen/libte_api.jl")
 include("highlevel.jl")
 include("ops.jl")
 include("norm.jl")
+include("modules.jl")
 
 const _libte_handle = Ref{Ptr{Cvoid}}(C_NULL)
 

@@ -9,7 +9,7 @@ using LibTE: te_autocast_state, TE_SUCCESS, TE_ERROR_INVALID_ARGUMENT, TE_ERROR_
              TE_ERROR_UNSUPPORTED, TE_RECIPE_DELAYED_SCALING, TE_RECIPE_CURRENT_SCALING,
              TE_RECIPE_BLOCK_SCALING, TE_FORMAT_HYBRID, TE_FORMAT_E4M3, TE_DTYPE_F32, TE_DTYPE_E4M3,
              TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_DEVICE_CPU, TE_VERSION_NUMBER, TE_API_FUNCTIONS,
-             TE_DTYPE_E5M2, TE_DTYPE_F16, TE_SCALING_BLOCK_1X128, TE_ERROR_NCCL
+             TE_DTYPE_E5M2, TE_DTYPE_F16, TE_SCALING_BLOCK_1X128, TE_ERROR_NCCL, TE_ROLE_GRAD_OUTPUT
 
 # Deterministic data without the Random stdlib's version-dependent streams.
 function filled(dims...; seed = 1, scale = 1.0f0)
@@ -587,6 +587,418 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
             @test e isa LibTEError && occursin("argument 'act'", e.message)
         end
         @test_throws ArgumentError activation!(y, ctx, :tanh, x)
+        close(ctx)
+    end
+
+    # ---- the transformer modules ------------------------------------------------------------
+    # Float64 references in the Julia layout: x is features × tokens, a libte weight [out, in]
+    # is an in × out matrix (y = W' * x .+ b), the norm runs down each column.
+    function mod_norm(kind, x, g, b; zcg = false)
+        local X, G, H, mu, rs, Y
+        X, G = Float64.(x), Float64.(g) .+ (zcg ? 1 : 0)
+        H = size(X, 1)
+        mu = kind === :layernorm ? sum(X; dims = 1) ./ H : zeros(1, size(X, 2))
+        rs = 1 ./ sqrt.(sum((X .- mu) .^ 2; dims = 1) ./ H .+ Float64(1.0f-5))
+        Y = (X .- mu) .* rs .* G .+ (kind === :layernorm ? Float64.(b) : 0)
+        return Y, vec(mu), vec(rs)
+    end
+    function mod_norm_backward(kind, dY, x, g; zcg = false)
+        local X, G, H, mu, rs, xh, dyg, c1, c2
+        X, G = Float64.(x), Float64.(g) .+ (zcg ? 1 : 0)
+        H = size(X, 1)
+        _, mu, rs = mod_norm(kind, x, g, zeros(H); zcg = zcg)
+        xh = (X .- mu') .* rs'
+        dyg = dY .* G
+        c1 = sum(dyg .* xh; dims = 1) ./ H
+        c2 = kind === :layernorm ? sum(dyg; dims = 1) ./ H : 0
+        return rs' .* (dyg .- xh .* c1 .- c2), vec(sum(dY .* xh; dims = 2)), vec(sum(dY; dims = 2))
+    end
+    gelu_(v) = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v^3)))
+    dgelu_(v) = (t = tanh(0.7978845608028654 * (v + 0.044715 * v^3));
+                 0.5 * (1 + t) + 0.5 * v * (1 - t^2) * 0.7978845608028654 * (1 + 3 * 0.044715 * v^2))
+    silu_(v) = v / (1 + exp(-v))
+    dsilu_(v) = (s = 1 / (1 + exp(-v)); s * (1 + v * (1 - s)))
+    plain_act = Dict(:relu => (v -> max(v, 0.0), v -> v > 0 ? 1.0 : 0.0), :gelu => (gelu_, dgelu_),
+                     :srelu => (v -> max(v, 0.0)^2, v -> 2 * max(v, 0.0)), :swiglu => (silu_, dsilu_),
+                     :geglu => (gelu_, dgelu_))
+    gated_act(act) = act === :swiglu || act === :geglu
+    function mod_act(act, h)
+        local f, n
+        f = plain_act[act][1]
+        gated_act(act) || return f.(h)
+        n = size(h, 1) ÷ 2
+        return f.(h[1:n, :]) .* h[n+1:end, :]
+    end
+    function mod_act_backward(act, h, da)
+        local f, df, n, a, l
+        f, df = plain_act[act]
+        gated_act(act) || return da .* df.(h)
+        n = size(h, 1) ÷ 2
+        a, l = h[1:n, :], h[n+1:end, :]
+        return vcat(da .* l .* df.(a), da .* f.(a))
+    end
+    # |got - ref| <= tol * (|ref| + max|ref|): relative, or to the tensor's scale where it cancels.
+    close_to(got, ref, tol) = all(abs.(Float64.(got) .- ref) .<= tol .* (abs.(ref) .+ maximum(abs, ref)))
+    # Values exactly representable in E5M2 (and Float32): quantized with scale 1, exact.
+    e5m2_exact(dims...; seed = 1) = Float32[(-1.5, -1.0, -0.5, -0.25, 0.0, 0.125, 0.375, 0.75, 1.25)[1 + Int(round(4 + 4 * v))]
+                                            for v in filled(dims...; seed = seed)]
+    deq(ctx, f) = Float64.(dequantize(ctx, f))
+
+    @testset "LayerNormLinear vs a Float64 reference" begin
+        ctx = Context()
+        tokens, nin, nout = 32, 64, 48
+        x = filled(nin, tokens; seed = 31, scale = 2.5f0) .+ 0.5f0
+        gamma = 1 .+ 0.5f0 .* filled(nin; seed = 32)
+        beta = 0.5f0 .* filled(nin; seed = 33)
+        W = filled(nin, nout; seed = 34, scale = 0.2f0)
+        b = filled(nout; seed = 35)
+        dy = filled(nout, tokens; seed = 36)
+        for (kind, zcg) in ((:layernorm, false), (:layernorm, true), (:rmsnorm, false), (:rmsnorm, true))
+            m = LayerNormLinear(ctx, nin, nout; normalization = kind, zero_centered_gamma = zcg)
+            bt = kind === :layernorm ? beta : nothing
+            y, ln = zeros(Float32, nout, tokens), zeros(Float32, nin, tokens)
+            res = forward_compute!(y, m, x, gamma, bt, W, b; ln_out = ln)
+            LN, MU, RS = mod_norm(kind, x, gamma, beta; zcg = zcg)
+            # fp32 statistics and a 64-term fp32 dot product: a few fp32 ulps of the scale
+            @test close_to(ln, LN, 1e-6)
+            @test close_to(y, Float64.(W)' * LN .+ Float64.(b), 1e-5)
+            r = LibTE.residual_tensors(res)
+            @test !r.fp8 && r.ln_out_t == ln && r.weight_t == W
+            @test close_to(r.rsigma, RS, 1e-6)
+            @test kind === :layernorm ? close_to(r.mu, MU, 1e-6) : r.mu === nothing
+            bwd = forward_save(res, m)
+            @test !isopen(res)
+            g = (dx = zeros(Float32, nin, tokens), dg = zeros(Float32, nin), dbt = zeros(Float32, nin),
+                 dw = zeros(Float32, nin, nout), db = zeros(Float32, nout))
+            backward!(bwd, dy; dx = g.dx, dln_weight = g.dg, dln_bias = kind === :layernorm ? g.dbt : nothing,
+                      dw = g.dw, db = g.db)
+            DX, DG, DB = mod_norm_backward(kind, Float64.(W) * Float64.(dy), x, gamma; zcg = zcg)
+            # the norm's backward cancels terms: 1e-4 of the scale
+            @test close_to(g.dx, DX, 1e-4)
+            @test close_to(g.dg, DG, 1e-4)
+            kind === :layernorm && @test close_to(g.dbt, DB, 1e-4)
+            @test close_to(g.dw, LN * Float64.(dy)', 1e-5)
+            @test close_to(g.db, vec(sum(Float64.(dy); dims = 2)), 1e-5)
+            dx2 = zeros(Float32, nin, tokens)
+            backward!(bwd, dy; dx = dx2)   # retain-graph: the same bits again
+            @test dx2 == g.dx
+            close(bwd); close(m)
+        end
+
+        # FP8, delayed scaling: against the formulas on the operands libte quantized.
+        m = LayerNormLinear(ctx, nin, nout)
+        y = zeros(Float32, nout, tokens)
+        res = autocast(ctx; recipe = Recipe(:delayed)) do
+            forward_compute!(y, m, x, gamma, beta, W, b)
+        end
+        r = LibTE.residual_tensors(res)
+        @test r.fp8 && r.ln_out_t isa Float8Array && size(r.ln_out_t) == (tokens, nin)
+        @test r.ln_out_t.dtype == TE_DTYPE_E4M3 && size(r.weight_t) == (nout, nin)
+        lnq, wq = deq(ctx, r.ln_out_t)', deq(ctx, r.weight_t)'   # in × tokens, in × out
+        LN = mod_norm(:layernorm, x, gamma, beta)[1]
+        # a fresh delayed-scaling state has scale 1: E4M3 rounding, half an ulp (2^-4
+        # relative) plus half the smallest subnormal (2^-10)
+        @test all(abs.(lnq .- LN) .<= abs.(LN) ./ 16 .+ 1 / 1024)
+        @test close_to(y, wq' * lnq .+ Float64.(b), 1e-5)   # exact products, fp32 sums
+        bwd = forward_save(res, m)
+        dy8 = e5m2_exact(nout, tokens; seed = 37)            # quantized exactly (scale 1)
+        dx, dw = zeros(Float32, nin, tokens), zeros(Float32, nin, nout)
+        backward!(bwd, dy8; dx = dx, dw = dw)
+        @test close_to(dx, mod_norm_backward(:layernorm, wq * Float64.(dy8), x, gamma)[1], 1e-4)
+        @test close_to(dw, lnq * Float64.(dy8)', 1e-5)
+        backward!(bwd, dy8; dx = dx, once = true)
+        e = thrown(() -> backward!(bwd, dy8; dx = dx))
+        @test e isa LibTEError && e.status == TE_ERROR_INVALID_STATE &&
+              occursin("te_layernorm_linear_backward", e.message)
+
+        # FP8, current scaling, against the unquantized formulas: E4M3 keeps 3 mantissa bits
+        # (2^-4 relative at most, about 0.036 RMS per operand), so a product of two rounded
+        # operands is near sqrt(2) * 0.036 = 0.05 relative (Frobenius): bound 0.08; dy in E5M2
+        # (0.072 RMS) adds up to about 0.08 in the backward: bound 0.15.
+        y8, bwd8 = autocast(ctx; recipe = Recipe(:current)) do
+            forward(m, x, gamma, beta, W, b)
+        end
+        @test relerr(y8 .- b, Float64.(W)' * LN) < 0.08
+        dx8, dw8 = zeros(Float32, nin, tokens), zeros(Float32, nin, nout)
+        backward!(bwd8, dy; dx = dx8, dw = dw8, once = true)
+        @test relerr(dx8, mod_norm_backward(:layernorm, Float64.(W) * Float64.(dy), x, gamma)[1]) < 0.15
+        @test relerr(dw8, LN * Float64.(dy)') < 0.15
+
+        # State round trip (bit-exact; training resumes identically).
+        recipe = Recipe(:delayed; amax_history_len = 8)
+        for step in 1:3
+            bw = autocast(() -> forward!(y, m, x .* step, gamma, beta, W, b), ctx; recipe = recipe)
+            backward!(bw, dy; dx = dx, once = true)
+        end
+        bytes = save_state(m)
+        m2 = LayerNormLinear(ctx, nin, nout)
+        @test save_state(m2) != bytes
+        load_state!(m2, bytes)
+        @test save_state(m2) == bytes
+        for role in (TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT)
+            @test scaling_state(m, role; history = true) == scaling_state(m2, role; history = true)
+        end
+        @test scaling_state(m, TE_ROLE_GRAD_OUTPUT)[1].fp8_dtype == TE_DTYPE_E5M2
+        ya, yb = zeros(Float32, nout, tokens), zeros(Float32, nout, tokens)
+        autocast(ctx; recipe = recipe) do
+            forward!(ya, m, x, gamma, beta, W, b)
+            forward!(yb, m2, x, gamma, beta, W, b)
+        end
+        @test ya == yb
+        e = thrown(() -> load_state!(LayerNormLinear(ctx, nin, nout + 16), bytes))
+        @test e isa LibTEError && occursin("te_layernorm_linear_state_load", e.message)
+
+        # Errors: libte's naming the argument, and the Julia side's.
+        e = thrown(() -> forward(m, x[1:32, :], gamma, beta, W, b))
+        @test e isa LibTEError && e.status == TE_ERROR_INVALID_ARGUMENT &&
+              occursin("te_layernorm_linear_forward: argument 'args->input'", e.message)
+        e = thrown(() -> forward(m, x, gamma[1:32], beta, W, b))
+        @test e isa LibTEError && occursin("'args->ln_weight'", e.message)
+        e = thrown(() -> forward(m, x, gamma, beta, W, b; ln_out = zeros(Float32, nout, tokens)))
+        @test e isa LibTEError && occursin("'args->ln_out'", e.message)
+        _, bw = forward(m, x, gamma, beta, W, b)
+        e = thrown(() -> backward!(bw, dy; dln_weight = zeros(Float32, nout)))
+        @test e isa LibTEError && occursin("'grads->dln_weight'", e.message)
+        e = autocast(() -> thrown(() -> forward(m, x[:, 1:10], gamma, beta, W, b)), ctx)
+        @test e isa LibTEError && e.status == TE_ERROR_UNSUPPORTED
+        e = thrown(() -> LayerNormLinear(ctx, nin, nout; eps = -1))
+        @test e isa LibTEError && occursin("te_layernorm_linear_create", e.message) && occursin("eps", e.message)
+        @test_throws ArgumentError forward(m, x, gamma, nothing, W, b)   # LayerNorm needs beta
+        @test_throws ArgumentError forward(m, x, gamma, beta, W)         # the module has a bias
+        @test_throws ArgumentError LayerNormLinear(ctx, nin, nout; normalization = :batchnorm)
+        close(ctx)
+    end
+
+    @testset "LayerNormMLP vs a Float64 reference" begin
+        ctx = Context()
+        tokens, hidden, ffn = 32, 64, 96
+        x = filled(hidden, tokens; seed = 41, scale = 2.5f0) .+ 0.5f0
+        gamma = 1 .+ 0.5f0 .* filled(hidden; seed = 42)
+        beta = 0.5f0 .* filled(hidden; seed = 43)
+        dy = filled(hidden, tokens; seed = 44)
+        params(rows) = (filled(hidden, rows; seed = 45, scale = 0.2f0), filled(rows; seed = 46, scale = 0.2f0),
+                        filled(ffn, hidden; seed = 47, scale = 0.2f0), filled(hidden; seed = 48, scale = 0.2f0))
+        # `local`: a closure assigning a name of the testset's scope would rebind that variable
+        function chain(act, LN, W1, b1, W2, b2, dY)
+            local h, a, y, dh, dx, dg, dbt
+            h = Float64.(W1)' * LN .+ Float64.(b1)
+            a = mod_act(act, h)
+            y = Float64.(W2)' * a .+ Float64.(b2)
+            dh = mod_act_backward(act, h, Float64.(W2) * dY)
+            dx, dg, dbt = mod_norm_backward(:layernorm, Float64.(W1) * dh, x, gamma)
+            return (h = h, a = a, y = y, dx = dx, dg = dg, dbt = dbt, dw1 = LN * dh', db1 = vec(sum(dh; dims = 2)),
+                    dw2 = a * dY', db2 = vec(sum(dY; dims = 2)))
+        end
+        LN = mod_norm(:layernorm, x, gamma, beta)[1]
+        for act in (:gelu, :relu, :srelu, :swiglu, :geglu)
+            m = LayerNormMLP(ctx, hidden, ffn; activation = act)
+            rows = m.fc1_rows
+            @test rows == (gated_act(act) ? 2ffn : ffn)
+            W1, b1, W2, b2 = params(rows)
+            y = zeros(Float32, hidden, tokens)
+            res = forward_compute!(y, m, x, gamma, beta, W1, b1, W2, b2)
+            c = chain(act, LN, W1, b1, W2, b2, Float64.(dy))
+            r = LibTE.residual_tensors(res)
+            # fp32 throughout: GEMMs of 64 and 96 terms and the activation (tanh, exp within a
+            # few ulps) within 1e-5 of the scale; the backward through the norm within 1e-4
+            @test !r.fp8 && size(r.fc1_out) == (rows, tokens)
+            @test close_to(r.fc1_out, c.h, 1e-5)
+            @test close_to(r.act_out_t, c.a, 1e-5)
+            @test close_to(y, c.y, 1e-5)
+            bwd = forward_save(res, m)
+            g = (dx = zeros(Float32, hidden, tokens), dg = zeros(Float32, hidden), dbt = zeros(Float32, hidden),
+                 dw1 = zeros(Float32, hidden, rows), db1 = zeros(Float32, rows), dw2 = zeros(Float32, ffn, hidden),
+                 db2 = zeros(Float32, hidden))
+            backward!(bwd, dy; dx = g.dx, dln_weight = g.dg, dln_bias = g.dbt, dfc1_weight = g.dw1,
+                      dfc1_bias = g.db1, dfc2_weight = g.dw2, dfc2_bias = g.db2)
+            for k in keys(g)
+                @test close_to(getfield(g, k), getfield(c, k), 1e-4)
+            end
+            dw2 = zeros(Float32, ffn, hidden)
+            backward!(bwd, dy; dfc2_weight = dw2)
+            @test dw2 == g.dw2
+            close(bwd); close(m)
+        end
+
+        # FP8, delayed scaling: each GEMM on the operands libte quantized.
+        m = LayerNormMLP(ctx, hidden, ffn; activation = :swiglu)
+        W1, b1, W2, b2 = params(2ffn)
+        y = zeros(Float32, hidden, tokens)
+        res = autocast(() -> forward_compute!(y, m, x, gamma, beta, W1, b1, W2, b2), ctx; recipe = Recipe(:delayed))
+        r = LibTE.residual_tensors(res)
+        @test r.fp8 && size(r.act_out_t) == (tokens, ffn) && size(r.fc2_weight_t) == (hidden, ffn)
+        lnq, w1q, aq, w2q = deq(ctx, r.ln_out_t)', deq(ctx, r.fc1_weight_t)', deq(ctx, r.act_out_t)',
+                            deq(ctx, r.fc2_weight_t)'
+        @test close_to(r.fc1_out, w1q' * lnq .+ Float64.(b1), 1e-5)
+        A = mod_act(:swiglu, Float64.(r.fc1_out))   # of libte's own fc1 output, rounded to E4M3
+        @test all(abs.(aq .- A) .<= abs.(A) ./ 16 .+ 1 / 1024 .+ 1e-6)
+        @test close_to(y, w2q' * aq .+ Float64.(b2), 1e-5)
+        bwd = forward_save(res, m)
+        dy8 = e5m2_exact(hidden, tokens; seed = 49)
+        dw2, db2, dx = zeros(Float32, ffn, hidden), zeros(Float32, hidden), zeros(Float32, hidden, tokens)
+        backward!(bwd, dy8; dfc2_weight = dw2, dfc2_bias = db2, dx = dx)
+        # fc2's wgrad reads dy and the activation's FP8 output only: exact up to fp32 sums
+        @test close_to(dw2, aq * Float64.(dy8)', 1e-5)
+        @test close_to(db2, vec(sum(Float64.(dy8); dims = 2)), 1e-6)
+        # deeper, the activation's gradient is requantized to E5M2 (2 mantissa bits, about
+        # 0.072 RMS): dx within 0.15 of the chain on the quantized forward operands
+        c = chain(:swiglu, lnq, w1q, b1, w2q, b2, Float64.(dy8))
+        @test relerr(dx, c.dx) < 0.15
+        close(bwd)
+
+        # Scaling states per GEMM and the state round trip.
+        recipe = Recipe(:delayed; amax_history_len = 4)
+        for step in 1:2
+            bw = autocast(() -> forward!(y, m, x, gamma, beta, W1, b1, W2 .* step, b2), ctx; recipe = recipe)
+            backward!(bw, dy; dx = dx, once = true)
+        end
+        info1, h1 = scaling_state(m, :fc1, TE_ROLE_WEIGHT; history = true)
+        @test length(h1) == 4 && info1.scale ≈ 448 / maximum(abs, W1)
+        @test scaling_state(m, LibTE.TE_MLP_FC2, TE_ROLE_WEIGHT)[1].scale ≈ 448 / maximum(abs, 2 .* W2)
+        bytes = save_state(m)
+        m2 = LayerNormMLP(ctx, hidden, ffn; activation = :swiglu)
+        load_state!(m2, bytes)
+        @test save_state(m2) == bytes
+        for gemm in (:fc1, :fc2), role in (TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT)
+            @test scaling_state(m, gemm, role; history = true) == scaling_state(m2, gemm, role; history = true)
+        end
+        e = thrown(() -> load_state!(LayerNormMLP(ctx, hidden, ffn + 16), bytes))
+        @test e isa LibTEError && occursin("te_layernorm_mlp_state_load", e.message)
+
+        # Errors.
+        g1 = params(ffn)   # fc1 with ffn rows: a gated block needs 2ffn
+        e = thrown(() -> forward(m, x, gamma, beta, g1...))
+        @test e isa LibTEError && occursin("te_layernorm_mlp_forward: argument 'args->fc1_weight'", e.message)
+        _, bw = forward(m, x, gamma, beta, W1, b1, W2, b2)
+        e = thrown(() -> backward!(bw, dy; dfc2_weight = zeros(Float32, hidden, ffn)))
+        @test e isa LibTEError && occursin("'grads->dfc2_weight'", e.message)
+        @test_throws ArgumentError scaling_state(m, :fc3, TE_ROLE_INPUT)
+        @test_throws ArgumentError LayerNormMLP(ctx, hidden, ffn; activation = :tanh)
+        close(ctx)
+    end
+
+    @testset "GroupedLinear vs a Float64 reference" begin
+        ctx = Context()
+        E, nin, nout = 4, 64, 48
+        Ws = [filled(nin, nout; seed = 50 + i, scale = 0.2f0) for i in 1:E]
+        bs = [filled(nout; seed = 60 + i) for i in 1:E]
+        # per expert: y_i = W_i' x_i + b_i over consecutive column groups
+        function grouped_ref(x, splits, Wd, dY)
+            local Y, DX, DW, DB, c, cols, X  # not the testset's variables of the same names
+            Y, DX = zeros(nout, size(x, 2)), zeros(nin, size(x, 2))
+            DW, DB = [zeros(nin, nout) for _ in 1:E], [zeros(nout) for _ in 1:E]
+            c = 0
+            for i in 1:E
+                cols = c+1:c+splits[i]
+                X = Float64.(x[:, cols])
+                Y[:, cols] = Wd[i]' * X .+ Float64.(bs[i])
+                DX[:, cols] = Wd[i] * dY[:, cols]
+                DW[i] = X * dY[:, cols]'
+                DB[i] = vec(sum(dY[:, cols]; dims = 2))
+                c += splits[i]
+            end
+            return Y, DX, DW, DB
+        end
+        splits = [10, 0, 37, 17]   # uneven, an empty expert, not multiples of 16
+        x = filled(nin, sum(splits); seed = 70, scale = 2.0f0)
+        dy = filled(nout, sum(splits); seed = 71)
+        m = GroupedLinear(ctx, E, nin, nout)
+        y = zeros(Float32, nout, sum(splits))
+        res = forward_compute!(y, m, x, splits, Ws, bs)
+        @test !LibTE.residual_tensors(res).fp8
+        Y, DX, DW, DB = grouped_ref(x, splits, [Float64.(w) for w in Ws], Float64.(dy))
+        @test close_to(y, Y, 1e-5)   # fp32 sums of 64 terms
+        bwd = forward_save(res, m)
+        dx = zeros(Float32, nin, sum(splits))
+        dw, db = [fill(7.0f0, nin, nout) for _ in 1:E], [fill(7.0f0, nout) for _ in 1:E]
+        backward!(bwd, dy; dx = dx, dw = dw, db = db)
+        @test close_to(dx, DX, 1e-5)
+        for i in (1, 3, 4)
+            @test close_to(dw[i], DW[i], 1e-5) && close_to(db[i], DB[i], 1e-5)
+        end
+        @test all(iszero, dw[2]) && all(iszero, db[2])   # the empty expert: written with zeros
+        dx2 = zeros(Float32, nin, sum(splits))
+        backward!(bwd, dy; dx = dx2)
+        @test dx2 == dx
+
+        # FP8: experts with multiples of 16 tokens are exactly te_linear's FP8 GEMMs, so the
+        # same bytes as one Linear per expert over several steps (one autocast pass per Linear:
+        # a pass's backward scales update after its first FP8 module's backward, and the grouped
+        # module runs all its experts before its update).
+        splits = [32, 0, 16, 48]
+        recipe = Recipe(:delayed; amax_history_len = 4)
+        m8 = GroupedLinear(ctx, E, nin, nout)
+        lins = [Linear(ctx, nin, nout) for _ in 1:E]
+        xs = filled(nin, sum(splits); seed = 72, scale = 2.0f0)
+        same = true
+        for step in 1:3
+            xstep = xs .* step
+            dys = filled(nout, sum(splits); seed = 73 + step)
+            yg = zeros(Float32, nout, sum(splits))
+            bg = autocast(() -> forward!(yg, m8, xstep, splits, Ws, bs), ctx; recipe = recipe)
+            dxg = zeros(Float32, nin, sum(splits))
+            dwg = [zeros(Float32, nin, nout) for _ in 1:E]
+            backward!(bg, dys; dx = dxg, dw = dwg, once = true)
+            c = 0
+            for i in 1:E
+                splits[i] == 0 && continue
+                cols = c+1:c+splits[i]
+                yi = zeros(Float32, nout, splits[i])
+                bi = autocast(() -> forward!(yi, lins[i], xstep[:, cols], Ws[i], bs[i]), ctx; recipe = recipe)
+                dxi, dwi = zeros(Float32, nin, splits[i]), zeros(Float32, nin, nout)
+                backward!(bi, dys[:, cols]; dx = dxi, dw = dwi, once = true)
+                same &= yg[:, cols] == yi && dxg[:, cols] == dxi && dwg[i] == dwi
+                c += splits[i]
+            end
+        end
+        @test same
+        for i in (1, 3, 4), role in (TE_ROLE_INPUT, TE_ROLE_WEIGHT, TE_ROLE_GRAD_OUTPUT)
+            @test scaling_state(m8, i, role; history = true) == scaling_state(lins[i], role; history = true)
+        end
+        @test scaling_state(m8, 2, TE_ROLE_INPUT)[1].amax_history_len == 0   # never used
+
+        # FP8 with uneven splits (padded inside libte), against the unquantized formulas: E4M3
+        # products near 0.05 relative (Frobenius), bound 0.08; E5M2 gradients, bound 0.15.
+        splits = [5, 0, 40, 19]
+        xu = filled(nin, sum(splits); seed = 80, scale = 2.0f0)
+        dyu = filled(nout, sum(splits); seed = 81)
+        yu, bu = autocast(() -> forward(m8, xu, splits, Ws, bs), ctx; recipe = Recipe(:current))
+        Y, DX, DW, DB = grouped_ref(xu, splits, [Float64.(w) for w in Ws], Float64.(dyu))
+        B = hcat([repeat(Float64.(bs[i]), 1, splits[i]) for i in 1:E]...)
+        @test relerr(yu .- B, Y .- B) < 0.08
+        dxu, dwu = zeros(Float32, nin, sum(splits)), [zeros(Float32, nin, nout) for _ in 1:E]
+        backward!(bu, dyu; dx = dxu, dw = dwu)
+        @test relerr(dxu, DX) < 0.15
+        @test all(relerr(dwu[i], DW[i]) < 0.15 for i in (1, 3, 4))
+
+        # State round trip.
+        bytes = save_state(m8)
+        m9 = GroupedLinear(ctx, E, nin, nout)
+        load_state!(m9, bytes)
+        @test save_state(m9) == bytes
+        @test all(scaling_state(m8, i, TE_ROLE_GRAD_OUTPUT; history = true) ==
+                  scaling_state(m9, i, TE_ROLE_GRAD_OUTPUT; history = true) for i in 1:E)
+        e = thrown(() -> load_state!(GroupedLinear(ctx, E + 1, nin, nout), bytes))
+        @test e isa LibTEError && occursin("te_grouped_linear_state_load", e.message)
+
+        # Errors: libte's naming the argument; lengths (libte reads num_gemms entries of every
+        # array) and 1-based experts checked in Julia.
+        e = thrown(() -> forward(m, x, [10, 0, 37, 18], Ws, bs))
+        @test e isa LibTEError && occursin("te_grouped_linear_forward: argument 'args->m_splits'", e.message)
+        bad = copy(Ws)
+        bad[3] = Ws[3][1:32, :]
+        e = thrown(() -> forward(m, x, [10, 0, 37, 17], bad, bs))
+        @test e isa LibTEError && occursin("'args->weights[2]'", e.message)
+        _, bw = forward(m, x, [10, 0, 37, 17], Ws, bs)
+        e = thrown(() -> backward!(bw, dy; dw = [zeros(Float32, nin, nout), zeros(Float32, nin, nout),
+                                                zeros(Float32, nout, nin), zeros(Float32, nin, nout)]))
+        @test e isa LibTEError && occursin("te_grouped_linear_backward: argument 'dw[2]'", e.message)
+        @test_throws ArgumentError forward(m, x, [10, 54], Ws, bs)
+        @test_throws ArgumentError forward(m, x, [10, 0, 37, 17], Ws[1:3], bs)
+        @test_throws ArgumentError forward(m, x, [10, 0, 37, 17], Ws)      # the module has biases
+        @test_throws ArgumentError backward!(bw, dy; dw = dw[1:2])
+        @test_throws ArgumentError scaling_state(m, 0, TE_ROLE_INPUT)
+        @test_throws ArgumentError GroupedLinear(ctx, 2000, nin, nout)
         close(ctx)
     end
 

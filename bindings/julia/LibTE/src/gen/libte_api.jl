@@ -982,20 +982,24 @@ end
 # fixed, so every backend gives bit-identical statistics, outputs and FP8
 # codes). With an FP8 output and a given scale the GPU normalises, casts,
 # transposes and records the amax in one pass. opts may be NULL (defaults).
+# The output may be F32, F16 or BF16 whatever x's dtype, and a
+# high-precision output may come with an FP8 output_t; mu and rsigma may
+# also be shaped as x's leading dimensions. No size rule: any rows and hidden.
 # Errors: INVALID_ARGUMENT (dtype/shape/device mismatch, a beta given to
 # RMSNorm or missing for LayerNorm, mu with RMSNorm, no output at all,
-# output_t not FP8, FP8 outputs of two dtypes, block scaling, a scale or amax
-# with a high-precision output only).
+# output_t not FP8, FP8 outputs of two dtypes, block scaling, a scale with no
+# FP8 output).
 # C: te_status te_norm_forward(te_context *ctx, const te_norm_options *opts, const te_norm_forward_args *args)
 function te_norm_forward(ctx, opts, args)
     ccall((:te_norm_forward, libte), te_status, (Ptr{te_context}, Ptr{te_norm_options}, Ptr{te_norm_forward_args}), ctx, opts, args)
 end
 
-# Norm backward: from dy [..., hidden] (x's dtype), the forward's x, gamma
-# and saved statistics (mu: LayerNorm only, NULL for RMSNorm), computes
-# dx [..., hidden] (x's dtype), dgamma [hidden] and dbeta [hidden] (LayerNorm
-# only), gamma's dtype; each output may be NULL. dgamma and dbeta are written
-# (not accumulated) and deterministic. Errors: INVALID_ARGUMENT.
+# Norm backward: from dy (x's shape, or [rows, hidden]; x's dtype), the
+# forward's x, gamma (x's dtype) and saved statistics (mu: LayerNorm only,
+# NULL for RMSNorm), computes dx (dy's shape, x's dtype), dgamma [hidden] and
+# dbeta [hidden] (LayerNorm only), gamma's dtype; each output may be NULL.
+# dgamma and dbeta are written (not accumulated) and deterministic. opts may
+# be NULL (defaults; it must be the forward's). Errors: INVALID_ARGUMENT.
 # C: te_status te_norm_backward(te_context *ctx, const te_norm_options *opts, const te_tensor *dy, const te_tensor *x, const te_tensor *gamma, const te_tensor *mu, const te_tensor *rsigma, te_tensor *dx, te_tensor *dgamma, te_tensor *dbeta)
 function te_norm_backward(ctx, opts, dy, x, gamma, mu, rsigma, dx, dgamma, dbeta)
     ccall((:te_norm_backward, libte), te_status, (Ptr{te_context}, Ptr{te_norm_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, dy, x, gamma, mu, rsigma, dx, dgamma, dbeta)
