@@ -79,7 +79,11 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   if (through_norm) be.plan_norm_backward(nb, &plan);
   be.reserve(plan);
   const int registering = fc2.states_to_register() + (through_fc1 ? fc1.states_to_register() : 0);
-  if (registering) ctx.autocast().reserve_backward(s.ticket.pass, registering);
+  // The first FP8 module's backward ends its pass (te.h), also when it quantizes no dy itself
+  // (only biases requested, or nothing) and so registers nothing: other modules' GRAD_OUTPUT
+  // states wait in the pass's bucket. Reserving first keeps the update from allocating late.
+  const bool ends_pass = s.ticket.first && s.ticket.pass != 0;
+  if (registering || ends_pass) ctx.autocast().reserve_backward(s.ticket.pass, registering);
 
   fc2.commit();
   if (through_fc1) fc1.commit();
@@ -92,8 +96,8 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   if (registering) {
     fc2.register_state(s.ticket.pass);
     if (through_fc1) fc1.register_state(s.ticket.pass);
-    if (s.ticket.first) ctx.autocast().finish_backward_pass(s.ticket.pass);
   }
+  if (ends_pass) ctx.autocast().finish_backward_pass(s.ticket.pass);
   if (once) {
     layernorm_mlp_pools(ctx).saved.release(bwd.saved);
     bwd.saved = nullptr;

@@ -1,5 +1,8 @@
 // LayerNormMLP's pooled objects, and its FP8 state in the format of modules/common/state_io.h:
-// magic "TEMP", shape [hidden, ffn], then fc1's input, weight, grad_output and fc2's.
+// magic "TEMP", shape [hidden, ffn, fc1 rows], then fc1's input, weight, grad_output and fc2's.
+// fc1's rows (ffn, or 2 ffn for the gated activations) are part of the shape: a gated module's
+// fc1 weight is another tensor than a non-gated one's of the same ffn, so its states must not
+// load into it (te.h: a buffer "for another layer shape" is INVALID_ARGUMENT).
 #include <cstdio>
 
 #include "modules/common/state_io.h"
@@ -31,10 +34,11 @@ void LayerNormMlpBackwardCtx::clear() {
 namespace {
 
 struct MlpFormat {
-  int64_t shape[2];
+  int64_t shape[3];
   StateFormat f;
   explicit MlpFormat(const LayerNormMlpOptions &o)
-      : shape{o.hidden, o.ffn}, f{{'T', 'E', 'M', 'P'}, "layernorm_mlp", "m", shape, 2, "[hidden, ffn]"} {}
+      : shape{o.hidden, o.ffn, o.fc1_out()},
+        f{{'T', 'E', 'M', 'P'}, "layernorm_mlp", "m", shape, 3, "[hidden, ffn, fc1 rows]"} {}
 };
 
 void state_name(int i, char *buf, size_t cap) {
