@@ -56,6 +56,12 @@ enum Op : uint8_t {
   OP_TRAIN_STEP,
   OP_NORM_FORWARD,
   OP_NORM_BACKWARD,
+  OP_GROUPED_CREATE,
+  OP_GROUPED_DESTROY,
+  OP_GROUPED_FORWARD,
+  OP_GROUPED_BACKWARD,
+  OP_GROUPED_BACKWARD_DESTROY,
+  OP_GROUPED_STATE,
   OP_COUNT
 };
 
@@ -66,7 +72,9 @@ inline const char *op_name(uint8_t op) {
       "linear_create", "linear_destroy", "forward_compute", "forward_save", "forward", "backward", "backward_destroy",
       "residuals_release", "residuals_copy", "state", "scaling_state", "quantize", "dequantize", "cast_transpose",
       "amax", "gemm", "activation_forward", "activation_backward", "malloc", "free", "copy", "tensor_query",
-      "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward"};
+      "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward",
+      "grouped_create", "grouped_destroy", "grouped_forward", "grouped_backward", "grouped_backward_destroy",
+      "grouped_state"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

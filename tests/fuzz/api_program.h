@@ -96,6 +96,34 @@ class Program {
     uint8_t *p;
     size_t n;
   };
+  // A grouped linear (api_grouped.h): its configuration, and parameters that live until the end
+  // (a high-precision forward's residuals reference x and the weights).
+  static constexpr int kMoeSlots = 3, kMoeBwdSlots = 4;
+  struct MoeCfg {
+    int n = 2;
+    int64_t in = 16, out = 16;
+    int bias = 1, dtype = TE_DTYPE_BF16, fuse = 0;
+    bool small() const { return n >= 1 && n <= 4 && in >= 1 && in <= 64 && out >= 1 && out <= 64; }
+  };
+  struct MoeBufs {
+    Blob x, w, b, main_grad;  // x [kMaxTokens, in]; every expert's W, b and F32 main_grad
+  };
+  struct MoeSlot {
+    te_grouped_linear *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    MoeCfg cfg;
+    MoeBufs *bufs = nullptr;
+  };
+  struct MoeBwdSlot {
+    te_grouped_linear_backward_ctx *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    MoeCfg cfg;
+    MoeBufs *bufs = nullptr;
+    std::vector<int64_t> splits;  // the forward's
+    bool once_done = false;
+  };
 
   Reader &R;
   uint32_t serial_ = 0;
@@ -116,6 +144,11 @@ class Program {
   std::vector<Block> blocks_;
   std::vector<uintptr_t> freed_blocks_;
   std::vector<te_autocast_token> ended_tokens_;
+  MoeSlot moe_[kMoeSlots];
+  std::vector<te_grouped_linear *> dead_moe_;
+  std::vector<std::unique_ptr<MoeBufs>> all_moe_bufs_;
+  std::unique_ptr<MoeBufs> stand_in_;  // parameters for calls that name no usable layer
+  MoeBwdSlot moe_bwd_[kMoeBwdSlots];
 
   // ---- helpers (api_arguments.h) ----
   static std::vector<uint8_t> bytes_of(const void *p, size_t n) {
@@ -214,6 +247,23 @@ class Program {
   void norm_forward();
   void norm_backward();
 
+  // ---- grouped linears (api_grouped.h) ----
+  te_grouped_linear *moe_arg(bool &mf, int &slot);
+  std::vector<uint8_t> moe_state(te_context *ctx, te_grouped_linear *g);
+  void moe_create();
+  void moe_destroy();
+  std::vector<int64_t> moe_splits(int n, int64_t &tokens, bool &mf);
+  void moe_params(const MoeCfg &cfg, MoeBufs *bufs, std::vector<te_tensor> &w, std::vector<te_tensor> &b,
+                  std::vector<const te_tensor *> &wp, std::vector<const te_tensor *> &bp, bool &mf);
+  MoeBwdSlot &fresh_moe_bwd_slot(int &bs);
+  void moe_forward();
+  void moe_backward();
+  void moe_backward_destroy();
+  void moe_state_op();
+  void load_moe_and_check(te_context *ctx, te_grouped_linear *g, const std::vector<uint8_t> &buf,
+                          const std::vector<uint8_t> &original);
+  void moe_drop_context(int slot);
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -301,6 +351,12 @@ class Program {
       case OP_TRAIN_STEP: train_step(); break;
       case OP_NORM_FORWARD: norm_forward(); break;
       case OP_NORM_BACKWARD: norm_backward(); break;
+      case OP_GROUPED_CREATE: moe_create(); break;
+      case OP_GROUPED_DESTROY: moe_destroy(); break;
+      case OP_GROUPED_FORWARD: moe_forward(); break;
+      case OP_GROUPED_BACKWARD: moe_backward(); break;
+      case OP_GROUPED_BACKWARD_DESTROY: moe_backward_destroy(); break;
+      case OP_GROUPED_STATE: moe_state_op(); break;
       default: break;
     }
   }
@@ -317,6 +373,7 @@ class Program {
         te_linear_residuals_release(&r.r);  // stale copies too: a no-op for them
         r.filled = false;
       }
+    for (int i = 0; i < kCtxSlots; ++i) moe_drop_context(i);
     for (auto &l : lin_)
       if (l.live) {
         te_linear_destroy(l.h);
@@ -348,4 +405,5 @@ class Program {
 #include "api_state.h"
 #include "api_primitives.h"
 #include "api_norm.h"
+#include "api_grouped.h"
 #include "api_misc.h"

@@ -215,6 +215,10 @@ void api_corpus(const std::string &dir) {
       {"norms",
        {OP_NORM_FORWARD, OP_NORM_BACKWARD, OP_NORM_FORWARD, OP_NORM_FORWARD, OP_NORM_BACKWARD, OP_NORM_FORWARD,
         OP_NORM_BACKWARD, OP_NORM_FORWARD}},
+      {"grouped",
+       {OP_GROUPED_CREATE, OP_GROUPED_FORWARD, OP_GROUPED_BACKWARD, OP_AUTOCAST_BEGIN, OP_GROUPED_FORWARD,
+        OP_GROUPED_FORWARD, OP_AUTOCAST_END, OP_GROUPED_BACKWARD, OP_GROUPED_STATE, OP_GROUPED_STATE,
+        OP_GROUPED_BACKWARD_DESTROY, OP_GROUPED_DESTROY, OP_GROUPED_FORWARD}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
@@ -248,6 +252,11 @@ void api_corpus(const std::string &dir) {
       {"aim-malloc-size-max", {OP_MALLOC, OP_MALLOC}, {{0, 2}, {0, 3, 100}}},
       {"aim-status-string", {OP_CONTEXT_MISC}, {{0, 4, 0x4a, 0, 0, 0}}},
       // x of 16 x 16 floats claiming {2^62 + 1, 4} (wraps to 4 elements in int64)
+      // a grouped layer destroyed while its backward context is pending; the stale layer used
+      {"aim-grouped-layer-destroyed-before-backward",
+       {OP_GROUPED_CREATE, OP_AUTOCAST_BEGIN, OP_GROUPED_FORWARD, OP_AUTOCAST_END, OP_GROUPED_DESTROY,
+        OP_GROUPED_BACKWARD, OP_GROUPED_FORWARD, OP_GROUPED_STATE},
+       {{}, {}, {0}, {}, {0}, {0}, {1}, {0}}},
       {"aim-numel-overflow", {OP_AMAX, OP_TENSOR_QUERY}, {{0, 0, 0, 0, 0, 0, 0, 237, 2}, {}}},
   };
   for (const Aimed &a : aimed) {
