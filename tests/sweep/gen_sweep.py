@@ -151,9 +151,10 @@ class Header:
 # ---- classification ---------------------------------------------------------------------------
 
 def base_of(t):
-    """'const te_tensor *' -> ('te_tensor', True, 1)"""
-    const = t.startswith("const ")
-    core = t[6:] if const else t
+    """'const te_tensor *' -> ('te_tensor', True, 1). The flag says whether what the pointer points
+    to is const: 'te_tensor *const *' (an array of const pointers, only read) is const too."""
+    const = t.startswith("const ") or (t.count("*") > 1 and t.rsplit("*", 1)[0].strip().endswith("const"))
+    core = t[6:] if t.startswith("const ") else t
     stars = core.count("*")
     base = core.replace("*", "").strip()
     return base, const, stars
