@@ -945,7 +945,8 @@ TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_bac
                                            const te_linear_backward_args *args);
 TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd);
 
-/* Which GEMM of a LayerNormMLP. */
+/* Which GEMM of a LayerNormMLP. Its saved state records hidden, ffn and fc1's
+ * rows (so a gated block's state does not load into an ungated one). */
 typedef enum te_mlp_gemm { TE_MLP_FC1 = 0, TE_MLP_FC2 = 1 } te_mlp_gemm;
 
 TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m,
@@ -1023,15 +1024,19 @@ TE_API te_status te_grouped_linear_forward(te_context *ctx, te_grouped_linear *g
 
 /* dy [tokens, out] -> dx [tokens, in], dw[i] [out, in] and db[i] [out] for
  * every expert (dw and db are arrays of num_gemms pointers; each array, and
- * dx, may be NULL to skip it; an expert that got no tokens gets dW = 0, or
- * nothing added with fuse_wgrad_accumulation, and db = 0). */
+ * dx, may be NULL to skip it, but a given array's every entry must be a
+ * tensor; an expert that got no tokens gets dW = 0, or nothing added with
+ * fuse_wgrad_accumulation, and db = 0). args may be NULL. Errors: as
+ * te_linear_backward, and INVALID_ARGUMENT for a NULL or misshapen dw[i] or
+ * db[i]. */
 TE_API te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd,
                                             const te_tensor *dy, te_tensor *dx,
                                             te_tensor *const *dw, te_tensor *const *db,
                                             const te_linear_backward_args *args);
 TE_API void te_grouped_linear_backward_ctx_destroy(te_grouped_linear_backward_ctx *bwd);
 
-/* `expert` in 0..num_gemms-1. */
+/* `expert` in 0..num_gemms-1 (INVALID_ARGUMENT otherwise). State save/load
+ * as te_linear's (load: INVALID_STATE while a pass holds the states). */
 TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g,
                                                      int32_t expert, te_tensor_role role,
                                                      te_scaling_state_info *info, float *history,
