@@ -965,7 +965,12 @@ TE_API te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *
  * inside the library, never by the caller); group i goes through expert i:
  * y_i = x_i W_i^T + b_i. Each expert has its own three scaling states; all of
  * them join the scope's bucket for (recipe, group) together, so a pass still
- * makes one amax reduction and one scale update per bucket. */
+ * makes one amax reduction and one scale update per bucket. An expert that
+ * gets no tokens runs no GEMM: its scaling states take no part in that pass
+ * (nothing recorded, no history roll), and unless weight_unchanged is set its
+ * cached FP8 weight is dropped, so that a later weight_unchanged forward
+ * quantizes the current weight. The arrays below are read for num_gemms
+ * entries: pass arrays of exactly that length. */
 typedef struct te_grouped_linear te_grouped_linear;
 
 #define TE_GROUPED_LINEAR_MAX_GEMMS 1024
