@@ -1322,7 +1322,8 @@ function te_layernorm_mlp_backward_ctx_destroy(bwd)
     ccall((:te_layernorm_mlp_backward_ctx_destroy, libte), Cvoid, (Ptr{te_layernorm_mlp_backward_ctx},), bwd)
 end
 
-# Which GEMM of a LayerNormMLP.
+# Which GEMM of a LayerNormMLP. Its saved state records hidden, ffn and fc1's
+# rows (so a gated block's state does not load into an ungated one).
 # enum te_mlp_gemm
 const te_mlp_gemm = Cint
 const TE_MLP_FC1 = te_mlp_gemm(0)
@@ -1350,7 +1351,12 @@ end
 # inside the library, never by the caller); group i goes through expert i:
 # y_i = x_i W_i^T + b_i. Each expert has its own three scaling states; all of
 # them join the scope's bucket for (recipe, group) together, so a pass still
-# makes one amax reduction and one scale update per bucket.
+# makes one amax reduction and one scale update per bucket. An expert that
+# gets no tokens runs no GEMM: its scaling states take no part in that pass
+# (nothing recorded, no history roll), and unless weight_unchanged is set its
+# cached FP8 weight is dropped, so that a later weight_unchanged forward
+# quantizes the current weight. The arrays below are read for num_gemms
+# entries: pass arrays of exactly that length.
 # opaque struct te_grouped_linear: handles are `Ptr{te_grouped_linear}` == `Ptr{Cvoid}`
 const te_grouped_linear = Cvoid
 
@@ -1445,8 +1451,11 @@ end
 
 # dy [tokens, out] -> dx [tokens, in], dw[i] [out, in] and db[i] [out] for
 # every expert (dw and db are arrays of num_gemms pointers; each array, and
-# dx, may be NULL to skip it; an expert that got no tokens gets dW = 0, or
-# nothing added with fuse_wgrad_accumulation, and db = 0).
+# dx, may be NULL to skip it, but a given array's every entry must be a
+# tensor; an expert that got no tokens gets dW = 0, or nothing added with
+# fuse_wgrad_accumulation, and db = 0). args may be NULL. Errors: as
+# te_linear_backward, and INVALID_ARGUMENT for a NULL or misshapen dw[i] or
+# db[i].
 # C: te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd, const te_tensor *dy, te_tensor *dx, te_tensor **dw, te_tensor **db, const te_linear_backward_args *args)
 function te_grouped_linear_backward(ctx, bwd, dy, dx, dw, db, args)
     ccall((:te_grouped_linear_backward, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear_backward_ctx}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Ptr{Ptr{te_tensor}}, Ptr{te_linear_backward_args}), ctx, bwd, dy, dx, dw, db, args)
@@ -1457,7 +1466,8 @@ function te_grouped_linear_backward_ctx_destroy(bwd)
     ccall((:te_grouped_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_grouped_linear_backward_ctx},), bwd)
 end
 
-# `expert` in 0..num_gemms-1.
+# `expert` in 0..num_gemms-1 (INVALID_ARGUMENT otherwise). State save/load
+# as te_linear's (load: INVALID_STATE while a pass holds the states).
 # C: te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g, int32_t expert, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
 function te_grouped_linear_get_scaling_state(ctx, g, expert, role, info, history, history_cap)
     ccall((:te_grouped_linear_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Int32, te_tensor_role, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, g, expert, role, info, history, history_cap)
