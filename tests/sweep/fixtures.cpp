@@ -179,6 +179,201 @@ std::vector<unsigned char> &grouped_saved_state(World &w, te_grouped_linear *g) 
   return buf;
 }
 
+// ---- LayerNormLinear [16 -> 16] and LayerNormMLP [hidden 16, ffn 16, GELU]: F32, bias,
+// LayerNorm; x, W, b and dy are the world's (every weight and bias of the MLP too) ------------
+
+te_layernorm_linear_options &lnl_options(World &w) {
+  te_layernorm_linear_options &o = w.keep(te_layernorm_linear_options{});
+  w.ok(te_layernorm_linear_options_init(&o), "te_layernorm_linear_options_init");
+  o.in_features = N;
+  o.out_features = N;
+  o.activation_dtype = TE_DTYPE_F32;
+  return o;
+}
+te_layernorm_mlp_options &mlp_options(World &w) {
+  te_layernorm_mlp_options &o = w.keep(te_layernorm_mlp_options{});
+  w.ok(te_layernorm_mlp_options_init(&o), "te_layernorm_mlp_options_init");
+  o.hidden_size = N;
+  o.ffn_hidden_size = N;
+  o.activation_dtype = TE_DTYPE_F32;
+  return o;
+}
+
+// The saved state of a module as hex, for World::add_state.
+template <class M, class Save>
+std::string module_state_hex(const char *what, te_context *ctx, const M *m, Save save) {
+  size_t n = 0;
+  if (save(ctx, m, nullptr, 0, &n) != TE_SUCCESS) return std::string(what) + " state: size failed";
+  std::vector<unsigned char> buf(n);
+  if (save(ctx, m, buf.data(), n, &n) != TE_SUCCESS) return std::string(what) + " state: save failed";
+  std::string o = std::string(what) + " state: ";
+  static const char *hex = "0123456789abcdef";
+  for (unsigned char c : buf) o += std::string{hex[c >> 4], hex[c & 15]};
+  return o;
+}
+
+// A fresh module on ctx (options edited by `edit`); with watch_state, its saved state is part of
+// what a bad call must not change.
+te_layernorm_linear *lnl_new(World &w, te_context *ctx, bool watch_state = true,
+                             std::function<void(te_layernorm_linear_options &)> edit = nullptr) {
+  te_layernorm_linear_options &o = lnl_options(w);
+  if (edit) edit(o);
+  te_layernorm_linear *m = nullptr;
+  w.ok(te_layernorm_linear_create(&m, ctx, &o), "te_layernorm_linear_create (fixture)");
+  if (watch_state && m)
+    w.add_state([ctx, m] { return module_state_hex("layernorm_linear", ctx, m, te_layernorm_linear_state_save); });
+  return m;
+}
+te_layernorm_mlp *mlp_new(World &w, te_context *ctx, bool watch_state = true,
+                          std::function<void(te_layernorm_mlp_options &)> edit = nullptr) {
+  te_layernorm_mlp_options &o = mlp_options(w);
+  if (edit) edit(o);
+  te_layernorm_mlp *m = nullptr;
+  w.ok(te_layernorm_mlp_create(&m, ctx, &o), "te_layernorm_mlp_create (fixture)");
+  if (watch_state && m)
+    w.add_state([ctx, m] { return module_state_hex("layernorm_mlp", ctx, m, te_layernorm_mlp_state_save); });
+  return m;
+}
+
+// gamma [16] and beta [16], made once per case.
+const te_tensor *ln_gamma(World &w) {
+  auto it = w.values.find("ln_gamma");
+  if (it != w.values.end()) return reinterpret_cast<const te_tensor *>(static_cast<uintptr_t>(it->second));
+  const te_tensor *g = input(w, TE_DTYPE_F32, {N}, 70).get();
+  w.values["ln_gamma"] = reinterpret_cast<uintptr_t>(g);
+  return g;
+}
+const te_tensor *ln_beta(World &w) {
+  auto it = w.values.find("ln_beta");
+  if (it != w.values.end()) return reinterpret_cast<const te_tensor *>(static_cast<uintptr_t>(it->second));
+  const te_tensor *b = input(w, TE_DTYPE_F32, {N}, 71).get();
+  w.values["ln_beta"] = reinterpret_cast<uintptr_t>(b);
+  return b;
+}
+
+te_layernorm_linear_forward_args &lnl_fwd_args(World &w) {
+  te_layernorm_linear_forward_args &a = w.keep(te_layernorm_linear_forward_args{});
+  w.ok(te_layernorm_linear_forward_args_init(&a), "te_layernorm_linear_forward_args_init");
+  a.input = w.x.get();
+  a.ln_weight = ln_gamma(w);
+  a.ln_bias = ln_beta(w);
+  a.weight = w.w.get();
+  a.bias = w.b.get();
+  a.ln_out = output(w, TE_DTYPE_F32, {N, N}).get();
+  return a;
+}
+te_layernorm_mlp_forward_args &mlp_fwd_args(World &w) {
+  te_layernorm_mlp_forward_args &a = w.keep(te_layernorm_mlp_forward_args{});
+  w.ok(te_layernorm_mlp_forward_args_init(&a), "te_layernorm_mlp_forward_args_init");
+  a.input = w.x.get();
+  a.ln_weight = ln_gamma(w);
+  a.ln_bias = ln_beta(w);
+  a.fc1_weight = w.w.get();
+  a.fc1_bias = w.b.get();
+  a.fc2_weight = w.w.get();
+  a.fc2_bias = w.b.get();
+  a.ln_out = output(w, TE_DTYPE_F32, {N, N}).get();
+  return a;
+}
+
+te_layernorm_linear_residuals &lnl_residuals(World &w, te_layernorm_linear *m) {
+  te_layernorm_linear_residuals &r = w.keep(te_layernorm_linear_residuals{});
+  r.struct_size = sizeof r;
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  w.ok(te_layernorm_linear_forward_compute(w.ctx, m, &lnl_fwd_args(w), y.get(), &r),
+       "te_layernorm_linear_forward_compute (fixture)");
+  return r;
+}
+te_layernorm_mlp_residuals &mlp_residuals(World &w, te_layernorm_mlp *m) {
+  te_layernorm_mlp_residuals &r = w.keep(te_layernorm_mlp_residuals{});
+  r.struct_size = sizeof r;
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  w.ok(te_layernorm_mlp_forward_compute(w.ctx, m, &mlp_fwd_args(w), y.get(), &r),
+       "te_layernorm_mlp_forward_compute (fixture)");
+  return r;
+}
+
+// A scope of ctx for a fixture's forward: enabled with the world's recipe (fp8), or, when a scope
+// is open already, a disabled one (so that the forward is high precision and changes no pass).
+struct FixtureScope {
+  World &w;
+  te_context *ctx;
+  te_autocast_token tok = 0;
+  bool open = false;
+  FixtureScope(World &world, te_context *c, bool fp8) : w(world), ctx(c) {
+    te_autocast_state st;
+    std::memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    w.ok(te_autocast_get_state(ctx, &st), "te_autocast_get_state (fixture)");
+    if (!fp8 && st.depth == 0) return;
+    te_autocast_options o;
+    std::memset(&o, 0, sizeof o);
+    w.ok(te_autocast_options_init(&o), "te_autocast_options_init");
+    o.recipe = w.recipe;
+    o.enabled = fp8;
+    open = w.ok(te_autocast_begin(ctx, &o, &tok), "te_autocast_begin (fixture)");
+  }
+  ~FixtureScope() {
+    if (open) w.ok(te_autocast_end(ctx, tok), "te_autocast_end (fixture)");
+  }
+};
+
+te_layernorm_linear_backward_ctx *lnl_backward_ctx(World &w, te_context *ctx, te_layernorm_linear *m, bool fp8 = true,
+                                                   te_layernorm_linear_forward_args *args = nullptr) {
+  FixtureScope scope(w, ctx, fp8);
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  te_layernorm_linear_backward_ctx *b = nullptr;
+  w.ok(te_layernorm_linear_forward(ctx, m, args ? args : &lnl_fwd_args(w), y.get(), &b),
+       "te_layernorm_linear_forward (fixture)");
+  return b;
+}
+te_layernorm_mlp_backward_ctx *mlp_backward_ctx(World &w, te_context *ctx, te_layernorm_mlp *m, bool fp8 = true,
+                                                te_layernorm_mlp_forward_args *args = nullptr) {
+  FixtureScope scope(w, ctx, fp8);
+  HostTensor &y = output(w, TE_DTYPE_F32, {N, N});
+  te_layernorm_mlp_backward_ctx *b = nullptr;
+  w.ok(te_layernorm_mlp_forward(ctx, m, args ? args : &mlp_fwd_args(w), y.get(), &b),
+       "te_layernorm_mlp_forward (fixture)");
+  return b;
+}
+
+// A module after one FP8 step (forward, scale update, backward), so that its states hold values.
+te_layernorm_linear *lnl_used(World &w, te_context *ctx) {
+  te_layernorm_linear *m = lnl_new(w, ctx);
+  te_layernorm_linear_backward_ctx *b = lnl_backward_ctx(w, ctx, m);
+  te_layernorm_linear_grads g;
+  w.ok(te_layernorm_linear_grads_init(&g), "te_layernorm_linear_grads_init");
+  g.dx = output(w, TE_DTYPE_F32, {N, N}).get();
+  w.ok(te_layernorm_linear_backward(ctx, b, w.dy.get(), &g, nullptr), "te_layernorm_linear_backward (fixture)");
+  te_layernorm_linear_backward_ctx_destroy(b);
+  return m;
+}
+te_layernorm_mlp *mlp_used(World &w, te_context *ctx) {
+  te_layernorm_mlp *m = mlp_new(w, ctx);
+  te_layernorm_mlp_backward_ctx *b = mlp_backward_ctx(w, ctx, m);
+  te_layernorm_mlp_grads g;
+  w.ok(te_layernorm_mlp_grads_init(&g), "te_layernorm_mlp_grads_init");
+  g.dx = output(w, TE_DTYPE_F32, {N, N}).get();
+  w.ok(te_layernorm_mlp_backward(ctx, b, w.dy.get(), &g, nullptr), "te_layernorm_mlp_backward (fixture)");
+  te_layernorm_mlp_backward_ctx_destroy(b);
+  return m;
+}
+
+std::vector<unsigned char> &lnl_saved_state(World &w, te_layernorm_linear *m) {
+  size_t n = 0;
+  w.ok(te_layernorm_linear_state_save(w.ctx, m, nullptr, 0, &n), "te_layernorm_linear_state_save (size)");
+  std::vector<unsigned char> &buf = w.keep(std::vector<unsigned char>(n));
+  w.ok(te_layernorm_linear_state_save(w.ctx, m, buf.data(), n, &n), "te_layernorm_linear_state_save");
+  return buf;
+}
+std::vector<unsigned char> &mlp_saved_state(World &w, te_layernorm_mlp *m) {
+  size_t n = 0;
+  w.ok(te_layernorm_mlp_state_save(w.ctx, m, nullptr, 0, &n), "te_layernorm_mlp_state_save (size)");
+  std::vector<unsigned char> &buf = w.keep(std::vector<unsigned char>(n));
+  w.ok(te_layernorm_mlp_state_save(w.ctx, m, buf.data(), n, &n), "te_layernorm_mlp_state_save");
+  return buf;
+}
+
 // ---- DLPack, written out from the spec (tests/api/dlpack_abi.h) --------------------------
 using namespace dlpack;
 
@@ -229,6 +424,14 @@ const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
       {"te_grouped_linear_options.bias", {true, "default 1"}},
       {"te_grouped_linear_options.fuse_wgrad_accumulation", {true, "default 0"}},
       {"te_grouped_linear_forward_args.weight_unchanged", {true, "every expert's FP8 weight may be reused"}},
+      {"te_layernorm_linear_options.bias", {true, "default 1"}},
+      {"te_layernorm_linear_options.fuse_wgrad_accumulation", {true, "default 0"}},
+      {"te_layernorm_linear_options.zero_centered_gamma", {true, "default 0"}},
+      {"te_layernorm_linear_forward_args.weight_unchanged", {true, "as te_linear_forward_args"}},
+      {"te_layernorm_mlp_options.bias", {true, "default 1: fc1 and fc2 have biases"}},
+      {"te_layernorm_mlp_options.fuse_wgrad_accumulation", {true, "default 0"}},
+      {"te_layernorm_mlp_options.zero_centered_gamma", {true, "default 0"}},
+      {"te_layernorm_mlp_forward_args.weight_unchanged", {true, "both FP8 weights may be reused"}},
       {"te_quantize_options.power_of_2_scales", {true, "keep only the exponent"}},
       {"te_gemm_options.transa", {true, "op(A) = A^T"}},
       {"te_gemm_options.transb", {true, "op(B) = B^T"}},
@@ -1684,6 +1887,740 @@ const std::vector<Fixture> &fixtures() {
                      }),
                      invalid("buf")));
     }
+    // ---- LayerNormLinear and LayerNormMLP ----------------------------------------------------
+    // Modules are made per case (lnl_/mlp_ helpers above): [16 -> 16] and [hidden 16, ffn 16,
+    // GELU], F32, bias, LayerNorm, on the world's x, W, b, dy.
+    {
+      const char *eps_why = "eps: default 1e-5 (te_norm_options: finite and > 0)";
+      auto lnl_with = [](std::function<void(te_layernorm_linear_options &)> m) {
+        return [m](World &w, args::te_layernorm_linear_create &a) {
+          te_layernorm_linear_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      auto mlp_with = [](std::function<void(te_layernorm_mlp_options &)> m) {
+        return [m](World &w, args::te_layernorm_mlp_create &a) {
+          te_layernorm_mlp_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      using LO = te_layernorm_linear_options;
+      using MO = te_layernorm_mlp_options;
+      t.push_back(Def<args::te_layernorm_linear_options_init>([](World &w, args::te_layernorm_linear_options_init &a) {
+        a.opts = &w.keep(te_layernorm_linear_options{});
+      }));
+      t.push_back(Def<args::te_layernorm_mlp_options_init>([](World &w, args::te_layernorm_mlp_options_init &a) {
+        a.opts = &w.keep(te_layernorm_mlp_options{});
+      }));
+      t.push_back(
+          Def<args::te_layernorm_linear_create>([](World &w, args::te_layernorm_linear_create &a) {
+            a.out = &w.keep<te_layernorm_linear *>(nullptr);
+            a.ctx = w.ctx;
+            a.opts = &lnl_options(w);
+          })
+              .extra("in_features_0", lnl_with([](LO &o) { o.in_features = 0; }), invalid("opts->in_features"))
+              .extra("out_features_neg1", lnl_with([](LO &o) { o.out_features = -1; }), invalid("opts->out_features"))
+              .extra("features_overflow", lnl_with([](LO &o) { o.in_features = o.out_features = int64_t(1) << 31; }),
+                     invalid("opts"))
+              .extra("activation_dtype_e4m3", lnl_with([](LO &o) { o.activation_dtype = TE_DTYPE_E4M3; }),
+                     invalid("opts->activation_dtype"))
+              .extra("eps_0", lnl_with([](LO &o) { o.eps = 0.0f; }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_neg", lnl_with([](LO &o) { o.eps = -1e-5f; }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_nan", lnl_with([](LO &o) { o.eps = std::nanf(""); }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_inf", lnl_with([](LO &o) { o.eps = INFINITY; }), reject({IA}, eps_why, "opts->eps")));
+      t.push_back(
+          Def<args::te_layernorm_mlp_create>([](World &w, args::te_layernorm_mlp_create &a) {
+            a.out = &w.keep<te_layernorm_mlp *>(nullptr);
+            a.ctx = w.ctx;
+            a.opts = &mlp_options(w);
+          })
+              .extra("hidden_size_0", mlp_with([](MO &o) { o.hidden_size = 0; }), invalid("opts->hidden_size"))
+              .extra("ffn_hidden_size_neg1", mlp_with([](MO &o) { o.ffn_hidden_size = -1; }),
+                     invalid("opts->ffn_hidden_size"))
+              .extra("sizes_overflow", mlp_with([](MO &o) { o.hidden_size = o.ffn_hidden_size = int64_t(1) << 31; }),
+                     invalid("opts"))
+              .extra("gated_sizes_overflow", mlp_with([](MO &o) {
+                       o.activation = TE_ACTIVATION_SWIGLU;
+                       o.hidden_size = o.ffn_hidden_size = int64_t(1) << 30;  // 2^60 elements, 2^61 gated
+                     }),
+                     invalid("opts"))
+              .extra("activation_5", mlp_with([](MO &o) {
+                       const int32_t v = 5;
+                       std::memcpy(&o.activation, &v, sizeof v);
+                     }),
+                     invalid("opts->activation"))
+              .extra("activation_dtype_e5m2", mlp_with([](MO &o) { o.activation_dtype = TE_DTYPE_E5M2; }),
+                     invalid("opts->activation_dtype"))
+              .extra("eps_0", mlp_with([](MO &o) { o.eps = 0.0f; }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_nan", mlp_with([](MO &o) { o.eps = std::nanf(""); }), reject({IA}, eps_why, "opts->eps"))
+              .extra("eps_inf", mlp_with([](MO &o) { o.eps = -INFINITY; }), reject({IA}, eps_why, "opts->eps")));
+      t.push_back(Def<args::te_layernorm_linear_destroy>([](World &w, args::te_layernorm_linear_destroy &a) {
+        a.m = lnl_new(w, w.ctx, false);
+      }));
+      t.push_back(Def<args::te_layernorm_mlp_destroy>([](World &w, args::te_layernorm_mlp_destroy &a) {
+        a.m = mlp_new(w, w.ctx, false);
+      }));
+      t.push_back(Def<args::te_layernorm_linear_forward_args_init>(
+          [](World &w, args::te_layernorm_linear_forward_args_init &a) { a.args = &w.keep(te_layernorm_linear_forward_args{}); }));
+      t.push_back(Def<args::te_layernorm_mlp_forward_args_init>(
+          [](World &w, args::te_layernorm_mlp_forward_args_init &a) { a.args = &w.keep(te_layernorm_mlp_forward_args{}); }));
+      t.push_back(Def<args::te_layernorm_linear_grads_init>(
+          [](World &w, args::te_layernorm_linear_grads_init &a) { a.grads = &w.keep(te_layernorm_linear_grads{}); }));
+      t.push_back(Def<args::te_layernorm_mlp_grads_init>(
+          [](World &w, args::te_layernorm_mlp_grads_init &a) { a.grads = &w.keep(te_layernorm_mlp_grads{}); }));
+    }
+    {
+      // forward_compute and forward: inside an enabled scope (the fused FP8 norm, the amaxes).
+      using LA = te_layernorm_linear_forward_args;
+      using MA = te_layernorm_mlp_forward_args;
+      auto args_with = [](auto m) {
+        return [m](World &w, auto &a) {
+          auto &c = w.keep(*a.args);
+          m(w, c);
+          a.args = &c;
+        };
+      };
+      const char *rms_why = "a beta given to RMSNorm or missing for LayerNorm";
+      auto lnl_common = [args_with, rms_why](auto d) {
+        return d.tensor("args->input", TE_DTYPE_F32, {N, N})
+            .tensor("args->ln_weight", TE_DTYPE_F32, {N})
+            .tensor("args->ln_bias", TE_DTYPE_F32, {N})
+            .tensor("args->weight", TE_DTYPE_F32, {N, N})
+            .tensor("args->bias", TE_DTYPE_F32, {N})
+            .tensor("args->ln_out", TE_DTYPE_F32, {N, N})
+            .tensor("y", TE_DTYPE_F32, {N, N})
+            .null_ok("args->ln_out", "optional output: norm(x) [..., in_features]")
+            .extra("ln_weight_wrong_length",
+                   args_with([](World &w, LA &c) { c.ln_weight = input(w, TE_DTYPE_F32, {N + 1}, 72).get(); }),
+                   reject({IA}, "gamma/beta not [in_features] of the activation dtype", "args->ln_weight"))
+            .extra("ln_out_wrong_shape",
+                   args_with([](World &w, LA &c) { c.ln_out = output(w, TE_DTYPE_F32, {N, 2 * N}).get(); }),
+                   reject({IA}, "ln_out not like x", "args->ln_out"))
+            .extra("weight_transposed_shape",
+                   args_with([](World &w, LA &c) { c.weight = input(w, TE_DTYPE_F32, {N, 2 * N}, 73).get(); }),
+                   invalid("args->weight"))
+            .extra("tokens_not_multiple_of_16_under_fp8",
+                   [](World &w, auto &a) {
+                     LA &c = w.keep(*a.args);
+                     c.input = input(w, TE_DTYPE_F32, {8, N}, 74).get();
+                     c.ln_out = nullptr;
+                     a.args = &c;
+                     a.y = output(w, TE_DTYPE_F32, {8, N}).get();
+                   },
+                   reject({UNSUP}, "UNSUPPORTED (FP8 with tokens, in or out not a multiple of 16)", "args->input"))
+            .extra("rmsnorm_module_with_beta",
+                   [](World &w, auto &a) {
+                     a.m = lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.normalization = TE_NORM_RMSNORM; });
+                   },
+                   reject({IA}, rms_why, "args->ln_bias"))
+            .extra("bias_to_a_module_without",
+                   [](World &w, auto &a) { a.m = lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.bias = 0; }); },
+                   invalid("args->bias"))
+            .extra("m_of_another_context",
+                   [](World &w, auto &a) { a.m = lnl_new(w, static_cast<te_context *>(w.make("te_context")), false); },
+                   invalid("m|ctx"));
+      };
+      auto mlp_common = [args_with, rms_why](auto d) {
+        return d.tensor("args->input", TE_DTYPE_F32, {N, N})
+            .tensor("args->ln_weight", TE_DTYPE_F32, {N})
+            .tensor("args->ln_bias", TE_DTYPE_F32, {N})
+            .tensor("args->fc1_weight", TE_DTYPE_F32, {N, N})
+            .tensor("args->fc1_bias", TE_DTYPE_F32, {N})
+            .tensor("args->fc2_weight", TE_DTYPE_F32, {N, N})
+            .tensor("args->fc2_bias", TE_DTYPE_F32, {N})
+            .tensor("args->ln_out", TE_DTYPE_F32, {N, N})
+            .tensor("y", TE_DTYPE_F32, {N, N})
+            .null_ok("args->ln_out", "optional output: norm(x) [..., hidden]")
+            .extra("fc1_weight_not_2ffn_for_swiglu",
+                   [](World &w, auto &a) {
+                     a.m = mlp_new(w, w.ctx, false, [](te_layernorm_mlp_options &o) { o.activation = TE_ACTIVATION_SWIGLU; });
+                   },
+                   reject({IA}, "[2 * ffn_hidden_size, hidden_size] for the gated SwiGLU and GEGLU", "args->fc1_weight"))
+            .extra("fc2_weight_transposed_shape",
+                   args_with([](World &w, MA &c) { c.fc2_weight = input(w, TE_DTYPE_F32, {2 * N, N}, 75).get(); }),
+                   invalid("args->fc2_weight"))
+            .extra("fc1_bias_wrong_length",
+                   args_with([](World &w, MA &c) { c.fc1_bias = input(w, TE_DTYPE_F32, {2 * N}, 76).get(); }),
+                   invalid("args->fc1_bias"))
+            .extra("ln_out_wrong_shape",
+                   args_with([](World &w, MA &c) { c.ln_out = output(w, TE_DTYPE_F32, {2 * N, N}).get(); }),
+                   reject({IA}, "ln_out not like x", "args->ln_out"))
+            .extra("tokens_not_multiple_of_16_under_fp8",
+                   [](World &w, auto &a) {
+                     MA &c = w.keep(*a.args);
+                     c.input = input(w, TE_DTYPE_F32, {8, N}, 77).get();
+                     c.ln_out = nullptr;
+                     a.args = &c;
+                     a.y = output(w, TE_DTYPE_F32, {8, N}).get();
+                   },
+                   reject({UNSUP}, "UNSUPPORTED under FP8 when tokens, hidden or ffn is not a multiple of 16",
+                          "args->input"))
+            .extra("rmsnorm_module_with_beta",
+                   [](World &w, auto &a) {
+                     a.m = mlp_new(w, w.ctx, false, [](te_layernorm_mlp_options &o) { o.normalization = TE_NORM_RMSNORM; });
+                   },
+                   reject({IA}, rms_why, "args->ln_bias"))
+            .extra("biases_to_a_module_without",
+                   [](World &w, auto &a) { a.m = mlp_new(w, w.ctx, false, [](te_layernorm_mlp_options &o) { o.bias = 0; }); },
+                   invalid("args->fc1_bias|args->fc2_bias"))
+            .extra("m_of_another_context",
+                   [](World &w, auto &a) { a.m = mlp_new(w, static_cast<te_context *>(w.make("te_context")), false); },
+                   invalid("m|ctx"));
+      };
+      t.push_back(lnl_common(Def<args::te_layernorm_linear_forward_compute>(
+          [](World &w, args::te_layernorm_linear_forward_compute &a) {
+            a.m = lnl_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.args = &lnl_fwd_args(w);
+            a.y = w.y.get();
+            te_layernorm_linear_residuals &r = w.keep(te_layernorm_linear_residuals{});
+            r.struct_size = sizeof r;
+            a.residuals = &r;
+          })));
+      t.push_back(lnl_common(Def<args::te_layernorm_linear_forward>([](World &w, args::te_layernorm_linear_forward &a) {
+        a.m = lnl_new(w, w.ctx);
+        begin_fp8_scope(w);
+        a.ctx = w.ctx;
+        a.args = &lnl_fwd_args(w);
+        a.y = w.y.get();
+        a.out = &w.keep<te_layernorm_linear_backward_ctx *>(nullptr);
+      })));
+      t.push_back(mlp_common(Def<args::te_layernorm_mlp_forward_compute>(
+          [](World &w, args::te_layernorm_mlp_forward_compute &a) {
+            a.m = mlp_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.args = &mlp_fwd_args(w);
+            a.y = w.y.get();
+            te_layernorm_mlp_residuals &r = w.keep(te_layernorm_mlp_residuals{});
+            r.struct_size = sizeof r;
+            a.residuals = &r;
+          })));
+      t.push_back(mlp_common(Def<args::te_layernorm_mlp_forward>([](World &w, args::te_layernorm_mlp_forward &a) {
+        a.m = mlp_new(w, w.ctx);
+        begin_fp8_scope(w);
+        a.ctx = w.ctx;
+        a.args = &mlp_fwd_args(w);
+        a.y = w.y.get();
+        a.out = &w.keep<te_layernorm_mlp_backward_ctx *>(nullptr);
+      })));
+    }
+    {
+      // residuals_release and forward_save: residuals of an FP8 forward in an open scope.
+      t.push_back(
+          Def<args::te_layernorm_linear_residuals_release>([](World &w, args::te_layernorm_linear_residuals_release &a) {
+            te_layernorm_linear *m = lnl_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.residuals = &lnl_residuals(w, m);
+          })
+              .inout("residuals")
+              .extra("internal_garbage",
+                     [](World &w, args::te_layernorm_linear_residuals_release &a) {
+                       te_layernorm_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     no_crash())
+              .extra("internal_of_an_mlp",
+                     // An MLP's residuals handle in a LayerNormLinear struct: another type, left alone.
+                     [](World &w, args::te_layernorm_linear_residuals_release &a) {
+                       te_layernorm_mlp *mm = mlp_new(w, w.ctx, false);
+                       te_layernorm_mlp_residuals &mr = mlp_residuals(w, mm);
+                       te_layernorm_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = mr.internal;
+                       a.residuals = &c;
+                       w.post_check([&w, mm, &mr]() -> std::string {
+                         te_layernorm_mlp_backward_ctx *b = nullptr;
+                         te_status s = te_layernorm_mlp_forward_save(w.ctx, mm, &mr, &b);
+                         te_layernorm_mlp_backward_ctx_destroy(b);
+                         return s == TE_SUCCESS ? "" : std::string("an MLP's residuals were freed through "
+                                                                   "te_layernorm_linear_residuals_release: ") +
+                                                           te_last_error();
+                       });
+                     },
+                     no_crash()));
+      t.push_back(
+          Def<args::te_layernorm_mlp_residuals_release>([](World &w, args::te_layernorm_mlp_residuals_release &a) {
+            te_layernorm_mlp *m = mlp_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.residuals = &mlp_residuals(w, m);
+          })
+              .inout("residuals")
+              .extra("internal_garbage",
+                     [](World &w, args::te_layernorm_mlp_residuals_release &a) {
+                       te_layernorm_mlp_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     no_crash())
+              .extra("internal_of_a_layernorm_linear",
+                     [](World &w, args::te_layernorm_mlp_residuals_release &a) {
+                       te_layernorm_linear *lm = lnl_new(w, w.ctx, false);
+                       te_layernorm_linear_residuals &lr = lnl_residuals(w, lm);
+                       te_layernorm_mlp_residuals &c = w.keep(*a.residuals);
+                       c.internal = lr.internal;
+                       a.residuals = &c;
+                       w.post_check([&w, lm, &lr]() -> std::string {
+                         te_layernorm_linear_backward_ctx *b = nullptr;
+                         te_status s = te_layernorm_linear_forward_save(w.ctx, lm, &lr, &b);
+                         te_layernorm_linear_backward_ctx_destroy(b);
+                         return s == TE_SUCCESS ? "" : std::string("a LayerNormLinear's residuals were freed through "
+                                                                   "te_layernorm_mlp_residuals_release: ") +
+                                                           te_last_error();
+                       });
+                     },
+                     no_crash()));
+      using LS = args::te_layernorm_linear_forward_save;
+      t.push_back(
+          Def<LS>([](World &w, LS &a) {
+            a.m = lnl_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.residuals = &lnl_residuals(w, a.m);
+            a.out = &w.keep<te_layernorm_linear_backward_ctx *>(nullptr);
+          })
+              .inout("residuals")
+              .extra("internal_null",
+                     [](World &w, LS &a) {
+                       te_layernorm_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = nullptr;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("internal_garbage",
+                     [](World &w, LS &a) {
+                       te_layernorm_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("already_saved_copy",
+                     [](World &w, LS &a) {
+                       te_layernorm_linear_residuals &old = lnl_residuals(w, a.m);
+                       te_layernorm_linear_residuals &copy = w.keep(old);
+                       te_layernorm_linear_backward_ctx *b = nullptr;
+                       w.ok(te_layernorm_linear_forward_save(w.ctx, a.m, &old, &b), "te_layernorm_linear_forward_save");
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("released_copy",
+                     [](World &w, LS &a) {
+                       te_layernorm_linear_residuals &old = lnl_residuals(w, a.m);
+                       te_layernorm_linear_residuals &copy = w.keep(old);
+                       te_layernorm_linear_residuals_release(&old);
+                       (void)lnl_residuals(w, a.m);
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("residuals_of_another_module",
+                     [](World &w, LS &a) { a.residuals = &lnl_residuals(w, lnl_new(w, w.ctx, false)); },
+                     invalid("residuals|m"))
+              .extra("internal_of_an_mlp",
+                     [](World &w, LS &a) {
+                       te_layernorm_linear_residuals &c = w.keep(*a.residuals);
+                       c.internal = mlp_residuals(w, mlp_new(w, w.ctx, false)).internal;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals")));
+      using MS = args::te_layernorm_mlp_forward_save;
+      t.push_back(
+          Def<MS>([](World &w, MS &a) {
+            a.m = mlp_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.residuals = &mlp_residuals(w, a.m);
+            a.out = &w.keep<te_layernorm_mlp_backward_ctx *>(nullptr);
+          })
+              .inout("residuals")
+              .extra("internal_null",
+                     [](World &w, MS &a) {
+                       te_layernorm_mlp_residuals &c = w.keep(*a.residuals);
+                       c.internal = nullptr;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("internal_garbage",
+                     [](World &w, MS &a) {
+                       te_layernorm_mlp_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("already_saved_copy",
+                     [](World &w, MS &a) {
+                       te_layernorm_mlp_residuals &old = mlp_residuals(w, a.m);
+                       te_layernorm_mlp_residuals &copy = w.keep(old);
+                       te_layernorm_mlp_backward_ctx *b = nullptr;
+                       w.ok(te_layernorm_mlp_forward_save(w.ctx, a.m, &old, &b), "te_layernorm_mlp_forward_save");
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("residuals_of_another_module",
+                     [](World &w, MS &a) { a.residuals = &mlp_residuals(w, mlp_new(w, w.ctx, false)); },
+                     invalid("residuals|m"))
+              .extra("internal_of_a_layernorm_linear",
+                     [](World &w, MS &a) {
+                       te_layernorm_mlp_residuals &c = w.keep(*a.residuals);
+                       c.internal = lnl_residuals(w, lnl_new(w, w.ctx, false)).internal;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals")));
+    }
+    {
+      // backward: the backward context of one FP8 step of a used module, every gradient.
+      using LB = args::te_layernorm_linear_backward;
+      using MB = args::te_layernorm_mlp_backward;
+      const char *null_why = "every pointer may be NULL to skip it";
+      auto grads_with = [](auto m) {
+        return [m](World &w, auto &a) {
+          auto &c = w.keep(*a.grads);
+          m(w, c);
+          a.grads = &c;
+        };
+      };
+      auto flags_unknown = [](World &w, auto &a) {
+        te_linear_backward_args &b = w.keep(*a.args);
+        b.flags = 0x2;
+        a.args = &b;
+      };
+      t.push_back(
+          Def<LB>([](World &w, LB &a) {
+            a.ctx = w.ctx;
+            a.bwd = lnl_backward_ctx(w, w.ctx, lnl_used(w, w.ctx));
+            a.dy = w.dy.get();
+            te_layernorm_linear_grads &g = w.keep(te_layernorm_linear_grads{});
+            w.ok(te_layernorm_linear_grads_init(&g), "te_layernorm_linear_grads_init");
+            g.dx = w.dx.get();
+            g.dln_weight = output(w, TE_DTYPE_F32, {N}).get();
+            g.dln_bias = output(w, TE_DTYPE_F32, {N}).get();
+            g.dw = w.dw.get();
+            g.db = w.db.get();
+            a.grads = &g;
+            te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+            w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+            a.args = &b;
+          })
+              .tensor("dy", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dx", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dln_weight", TE_DTYPE_F32, {N})
+              .tensor("grads->dln_bias", TE_DTYPE_F32, {N})
+              .tensor("grads->dw", TE_DTYPE_F32, {N, N})
+              .tensor("grads->db", TE_DTYPE_F32, {N})
+              .null_ok("grads", "grads and args may be NULL (nothing requested / no flags)")
+              .null_ok("args", "grads and args may be NULL (nothing requested / no flags)")
+              .null_ok("grads->dx", null_why)
+              .null_ok("grads->dln_weight", null_why)
+              .null_ok("grads->dln_bias", null_why)
+              .null_ok("grads->dw", null_why)
+              .null_ok("grads->db", null_why)
+              .extra("flags_unknown", flags_unknown, invalid("args->flags"))
+              .extra("dy_other_tokens", [](World &w, LB &a) { a.dy = input(w, TE_DTYPE_F32, {2 * N, N}, 78).get(); },
+                     invalid("dy"))
+              .extra("dw_transposed_shape",
+                     grads_with([](World &w, te_layernorm_linear_grads &c) { c.dw = output(w, TE_DTYPE_F32, {N, 2 * N}).get(); }),
+                     invalid("grads->dw"))
+              .extra("dbeta_for_rmsnorm",
+                     [](World &w, LB &a) {
+                       te_layernorm_linear *m =
+                           lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.normalization = TE_NORM_RMSNORM; });
+                       te_layernorm_linear_forward_args &fa = lnl_fwd_args(w);
+                       fa.ln_bias = nullptr;
+                       a.bwd = lnl_backward_ctx(w, w.ctx, m, false, &fa);
+                     },
+                     reject({IA}, "dbeta [in]: LayerNorm only", "grads->dln_bias"))
+              .extra("db_without_bias",
+                     [](World &w, LB &a) {
+                       te_layernorm_linear *m = lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.bias = 0; });
+                       te_layernorm_linear_forward_args &fa = lnl_fwd_args(w);
+                       fa.bias = nullptr;
+                       a.bwd = lnl_backward_ctx(w, w.ctx, m, false, &fa);
+                     },
+                     reject({IA}, "db [out]: layers with bias only", "grads->db"))
+              .extra("fused_wgrad_main_grad_wrong_shape",
+                     [](World &w, LB &a) {
+                       te_layernorm_linear *m =
+                           lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.fuse_wgrad_accumulation = 1; });
+                       a.bwd = lnl_backward_ctx(w, w.ctx, m, false);
+                       te_layernorm_linear_grads &c = w.keep(*a.grads);
+                       c.dw = output(w, TE_DTYPE_F32, {2 * N, N}).get();
+                       a.grads = &c;
+                     },
+                     invalid("grads->dw"))
+              .extra("bwd_once_already_run",
+                     [](World &w, LB &a) {
+                       te_layernorm_linear_backward_ctx *b = lnl_backward_ctx(w, w.ctx, lnl_new(w, w.ctx, false), false);
+                       te_linear_backward_args ba;
+                       w.ok(te_linear_backward_args_init(&ba), "te_linear_backward_args_init");
+                       ba.flags = TE_BACKWARD_ONCE;
+                       w.ok(te_layernorm_linear_backward(w.ctx, b, w.dy.get(), nullptr, &ba),
+                            "te_layernorm_linear_backward (once)");
+                       a.bwd = b;
+                     },
+                     reject({IS}, "TE_BACKWARD_ONCE frees it at the first (later calls: INVALID_STATE)"))
+              .extra("bwd_of_another_context",
+                     [](World &w, LB &a) {
+                       te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+                       a.bwd = lnl_backward_ctx(w, c2, lnl_new(w, c2, false));
+                     },
+                     invalid("bwd|ctx")));
+      t.push_back(
+          Def<MB>([](World &w, MB &a) {
+            a.ctx = w.ctx;
+            a.bwd = mlp_backward_ctx(w, w.ctx, mlp_used(w, w.ctx));
+            a.dy = w.dy.get();
+            te_layernorm_mlp_grads &g = w.keep(te_layernorm_mlp_grads{});
+            w.ok(te_layernorm_mlp_grads_init(&g), "te_layernorm_mlp_grads_init");
+            g.dx = w.dx.get();
+            g.dln_weight = output(w, TE_DTYPE_F32, {N}).get();
+            g.dln_bias = output(w, TE_DTYPE_F32, {N}).get();
+            g.dfc1_weight = w.dw.get();
+            g.dfc1_bias = w.db.get();
+            g.dfc2_weight = output(w, TE_DTYPE_F32, {N, N}).get();
+            g.dfc2_bias = output(w, TE_DTYPE_F32, {N}).get();
+            a.grads = &g;
+            te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+            w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+            a.args = &b;
+          })
+              .tensor("dy", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dx", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dln_weight", TE_DTYPE_F32, {N})
+              .tensor("grads->dln_bias", TE_DTYPE_F32, {N})
+              .tensor("grads->dfc1_weight", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dfc1_bias", TE_DTYPE_F32, {N})
+              .tensor("grads->dfc2_weight", TE_DTYPE_F32, {N, N})
+              .tensor("grads->dfc2_bias", TE_DTYPE_F32, {N})
+              .null_ok("grads", "(as te_layernorm_linear_backward) grads and args may be NULL")
+              .null_ok("args", "(as te_layernorm_linear_backward) grads and args may be NULL")
+              .null_ok("grads->dx", null_why)
+              .null_ok("grads->dln_weight", null_why)
+              .null_ok("grads->dln_bias", null_why)
+              .null_ok("grads->dfc1_weight", null_why)
+              .null_ok("grads->dfc1_bias", null_why)
+              .null_ok("grads->dfc2_weight", null_why)
+              .null_ok("grads->dfc2_bias", null_why)
+              .extra("flags_unknown", flags_unknown, invalid("args->flags"))
+              .extra("dy_other_tokens", [](World &w, MB &a) { a.dy = input(w, TE_DTYPE_F32, {2 * N, N}, 79).get(); },
+                     invalid("dy"))
+              .extra("dfc1_weight_transposed_shape",
+                     grads_with([](World &w, te_layernorm_mlp_grads &c) {
+                       c.dfc1_weight = output(w, TE_DTYPE_F32, {N, 2 * N}).get();
+                     }),
+                     invalid("grads->dfc1_weight"))
+              .extra("dfc2_bias_wrong_length",
+                     grads_with([](World &w, te_layernorm_mlp_grads &c) { c.dfc2_bias = output(w, TE_DTYPE_F32, {2 * N}).get(); }),
+                     invalid("grads->dfc2_bias"))
+              .extra("biases_without_bias",
+                     [](World &w, MB &a) {
+                       te_layernorm_mlp *m = mlp_new(w, w.ctx, false, [](te_layernorm_mlp_options &o) { o.bias = 0; });
+                       te_layernorm_mlp_forward_args &fa = mlp_fwd_args(w);
+                       fa.fc1_bias = nullptr;
+                       fa.fc2_bias = nullptr;
+                       a.bwd = mlp_backward_ctx(w, w.ctx, m, false, &fa);
+                     },
+                     reject({IA}, "the module has no bias", "grads->dfc1_bias|grads->dfc2_bias"))
+              .extra("bwd_once_already_run",
+                     [](World &w, MB &a) {
+                       te_layernorm_mlp_backward_ctx *b = mlp_backward_ctx(w, w.ctx, mlp_new(w, w.ctx, false), false);
+                       te_linear_backward_args ba;
+                       w.ok(te_linear_backward_args_init(&ba), "te_linear_backward_args_init");
+                       ba.flags = TE_BACKWARD_ONCE;
+                       w.ok(te_layernorm_mlp_backward(w.ctx, b, w.dy.get(), nullptr, &ba), "te_layernorm_mlp_backward (once)");
+                       a.bwd = b;
+                     },
+                     reject({IS}, "TE_BACKWARD_ONCE frees it at the first (later calls: INVALID_STATE)"))
+              .extra("bwd_of_another_context",
+                     [](World &w, MB &a) {
+                       te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+                       a.bwd = mlp_backward_ctx(w, c2, mlp_new(w, c2, false));
+                     },
+                     invalid("bwd|ctx")));
+      t.push_back(Def<args::te_layernorm_linear_backward_ctx_destroy>(
+          [](World &w, args::te_layernorm_linear_backward_ctx_destroy &a) {
+            a.bwd = lnl_backward_ctx(w, w.ctx, lnl_new(w, w.ctx, false), false);
+          }));
+      t.push_back(Def<args::te_layernorm_mlp_backward_ctx_destroy>(
+          [](World &w, args::te_layernorm_mlp_backward_ctx_destroy &a) {
+            a.bwd = mlp_backward_ctx(w, w.ctx, mlp_new(w, w.ctx, false), false);
+          }));
+    }
+    {
+      // Scaling states and state save/load of used modules.
+      auto history = [](World &w, float **h, size_t *cap) {
+        std::vector<float> &v = w.keep(std::vector<float>(16, -7.0f));
+        *h = v.data();
+        *cap = v.size();
+        w.watch(v.data(), v.size() * sizeof(float), "history[16]");
+      };
+      const char *cap_why = "min(history_cap, amax_history_len) floats are written: the buffer holds amax_history_len (16)";
+      t.push_back(Def<args::te_layernorm_linear_get_scaling_state>(
+                      [history](World &w, args::te_layernorm_linear_get_scaling_state &a) {
+                        a.ctx = w.ctx;
+                        a.m = lnl_used(w, w.ctx);
+                        a.role = TE_ROLE_GRAD_OUTPUT;
+                        te_scaling_state_info &i = w.keep(te_scaling_state_info{});
+                        i.struct_size = sizeof i;
+                        a.info = &i;
+                        history(w, &a.history, &a.history_cap);
+                      })
+                      .null_ok("history", "`history` may be NULL (as te_linear_get_scaling_state)")
+                      .expect("history_cap:size_max", accept(cap_why))
+                      .check([](World &, const args::te_layernorm_linear_get_scaling_state &a, const CallResult &) {
+                        return a.info->amax_history_len == 16 && a.info->fp8_dtype == TE_DTYPE_E5M2
+                                   ? ""
+                                   : "not the GRAD_OUTPUT state of one FP8 step (length 16, E5M2)";
+                      }));
+      t.push_back(Def<args::te_layernorm_mlp_get_scaling_state>(
+                      [history](World &w, args::te_layernorm_mlp_get_scaling_state &a) {
+                        a.ctx = w.ctx;
+                        a.m = mlp_used(w, w.ctx);
+                        a.gemm = TE_MLP_FC2;
+                        a.role = TE_ROLE_INPUT;
+                        te_scaling_state_info &i = w.keep(te_scaling_state_info{});
+                        i.struct_size = sizeof i;
+                        a.info = &i;
+                        history(w, &a.history, &a.history_cap);
+                      })
+                      .null_ok("history", "`history` may be NULL (as te_linear_get_scaling_state)")
+                      .expect("history_cap:size_max", accept(cap_why))
+                      .check([](World &, const args::te_layernorm_mlp_get_scaling_state &a, const CallResult &) {
+                        return a.info->amax_history_len == 16 ? "" : "amax_history_len is not the recipe's 16";
+                      }));
+      const char *buf_why = "With buf NULL, only *size is set to the bytes needed (as te_linear_state_save)";
+      t.push_back(Def<args::te_layernorm_linear_state_save>([](World &w, args::te_layernorm_linear_state_save &a) {
+                    a.ctx = w.ctx;
+                    a.m = lnl_used(w, w.ctx);
+                    size_t n = 0;
+                    w.ok(te_layernorm_linear_state_save(w.ctx, a.m, nullptr, 0, &n), "te_layernorm_linear_state_save (size)");
+                    a.buf = w.block(n);
+                    a.capacity = n;
+                    a.size = &w.keep(size_t(0));
+                    w.watch(a.buf, n, "buf");
+                  })
+                      .null_ok("buf", buf_why)
+                      .expect("capacity:size_max", accept("capacity is the caller's buffer size: the state fits"))
+                      .extra("capacity_short", [](World &, args::te_layernorm_linear_state_save &a) { a.capacity -= 1; },
+                             invalid("capacity")));
+      t.push_back(Def<args::te_layernorm_mlp_state_save>([](World &w, args::te_layernorm_mlp_state_save &a) {
+                    a.ctx = w.ctx;
+                    a.m = mlp_used(w, w.ctx);
+                    size_t n = 0;
+                    w.ok(te_layernorm_mlp_state_save(w.ctx, a.m, nullptr, 0, &n), "te_layernorm_mlp_state_save (size)");
+                    a.buf = w.block(n);
+                    a.capacity = n;
+                    a.size = &w.keep(size_t(0));
+                    w.watch(a.buf, n, "buf");
+                  })
+                      .null_ok("buf", buf_why)
+                      .expect("capacity:size_max", accept("capacity is the caller's buffer size: the state fits"))
+                      .extra("capacity_short", [](World &, args::te_layernorm_mlp_state_save &a) { a.capacity -= 1; },
+                             invalid("capacity")));
+      // Loads: the state of another used module of the same kind. Layout (modules/common/state_io.h):
+      // magic, u32 version, the shape (LayerNormLinear [in, out]; LayerNormMLP [hidden, ffn,
+      // fc1 rows]) as i64, then per state: i32 history_len, i32 fp8 dtype, f32 scale, f32
+      // scale_inv, history.
+      auto bytes = [](std::function<void(std::vector<unsigned char> &)> m) {
+        return [m](World &w, auto &a) {
+          const auto *p = static_cast<const unsigned char *>(a.buf);
+          std::vector<unsigned char> &c = w.keep(std::vector<unsigned char>(p, p + a.size));
+          m(c);
+          a.buf = c.data();
+          a.size = c.size();
+        };
+      };
+      auto put32 = [](std::vector<unsigned char> &v, size_t at, int32_t x) { std::memcpy(v.data() + at, &x, 4); };
+      const size_t lnl_first = 4 + 4 + 2 * 8, mlp_first = 4 + 4 + 3 * 8;
+      t.push_back(
+          Def<args::te_layernorm_linear_state_load>([](World &w, args::te_layernorm_linear_state_load &a) {
+            a.ctx = w.ctx;
+            a.m = lnl_used(w, w.ctx);
+            std::vector<unsigned char> &s = lnl_saved_state(w, lnl_used(w, w.ctx));
+            a.buf = s.data();
+            a.size = s.size();
+          })
+              .expect("size:size_max", reject_or_accept("the buffer holds a whole state; the header bounds nothing but "
+                                                        "truncation"))
+              .extra("truncated", bytes([](std::vector<unsigned char> &v) { v.pop_back(); }), invalid("buf|size"))
+              .extra("trailing_byte", bytes([](std::vector<unsigned char> &v) { v.push_back(0); }), invalid("buf|size"))
+              .extra("empty", [](World &, args::te_layernorm_linear_state_load &a) { a.size = 0; }, invalid("buf|size"))
+              .extra("bad_magic", bytes([](std::vector<unsigned char> &v) { v[0] = 'X'; }), invalid("buf"))
+              .extra("other_version", bytes([](std::vector<unsigned char> &v) { v[4] ^= 0x40; }), invalid("buf"))
+              .extra("history_len_neg1", bytes([put32, lnl_first](std::vector<unsigned char> &v) { put32(v, lnl_first, -1); }),
+                     invalid("buf"))
+              .extra("fp8_dtype_99", bytes([put32, lnl_first](std::vector<unsigned char> &v) { put32(v, lnl_first + 4, 99); }),
+                     invalid("buf"))
+              .extra("other_shape",
+                     [](World &w, args::te_layernorm_linear_state_load &a) {
+                       std::vector<unsigned char> &s = lnl_saved_state(
+                           w, lnl_new(w, w.ctx, false, [](te_layernorm_linear_options &o) { o.in_features = 32; }));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf|m"))
+              .extra("a_te_linear_state",
+                     [](World &w, args::te_layernorm_linear_state_load &a) {
+                       std::vector<unsigned char> &s = saved_state(w, w.lin);
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf"))
+              .extra("a_layernorm_mlp_state",
+                     [](World &w, args::te_layernorm_linear_state_load &a) {
+                       // (a fresh module's: another FP8 step would change the context's counters)
+                       std::vector<unsigned char> &s = mlp_saved_state(w, mlp_new(w, w.ctx, false));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf")));
+      t.push_back(
+          Def<args::te_layernorm_mlp_state_load>([](World &w, args::te_layernorm_mlp_state_load &a) {
+            a.ctx = w.ctx;
+            a.m = mlp_used(w, w.ctx);
+            std::vector<unsigned char> &s = mlp_saved_state(w, mlp_used(w, w.ctx));
+            a.buf = s.data();
+            a.size = s.size();
+          })
+              .expect("size:size_max", reject_or_accept("the buffer holds a whole state; the header bounds nothing but "
+                                                        "truncation"))
+              .extra("truncated", bytes([](std::vector<unsigned char> &v) { v.pop_back(); }), invalid("buf|size"))
+              .extra("empty", [](World &, args::te_layernorm_mlp_state_load &a) { a.size = 0; }, invalid("buf|size"))
+              .extra("bad_magic", bytes([](std::vector<unsigned char> &v) { v[2] = 'X'; }), invalid("buf"))
+              .extra("other_version", bytes([](std::vector<unsigned char> &v) { v[5] ^= 0x01; }), invalid("buf"))
+              .extra("history_len_huge",
+                     bytes([put32, mlp_first](std::vector<unsigned char> &v) { put32(v, mlp_first, 0x7fffffff); }),
+                     invalid("buf"))
+              .extra("nan_scale", bytes([mlp_first](std::vector<unsigned char> &v) {
+                       const float nan = std::nanf("");
+                       std::memcpy(v.data() + mlp_first + 8, &nan, 4);
+                     }),
+                     invalid("buf"))
+              .extra("gated_module_loading_a_gelu_state",
+                     [](World &w, args::te_layernorm_mlp_state_load &a) {
+                       te_layernorm_mlp *m =
+                           mlp_new(w, w.ctx, false, [](te_layernorm_mlp_options &o) { o.activation = TE_ACTIVATION_GEGLU; });
+                       a.m = m;
+                       std::vector<unsigned char> &fresh = mlp_saved_state(w, m);
+                       w.post_check([&w, m, &fresh]() -> std::string {
+                         size_t n = 0;
+                         std::vector<unsigned char> now(fresh.size() + 64);
+                         if (te_layernorm_mlp_state_save(w.ctx, m, now.data(), now.size(), &n) != TE_SUCCESS)
+                           return "state_save of the gated module failed";
+                         now.resize(n);
+                         return now == fresh ? "" : "the refused load changed the gated module's state";
+                       });
+                     },
+                     invalid("buf|m"))
+              .extra("a_layernorm_linear_state",
+                     [](World &w, args::te_layernorm_mlp_state_load &a) {
+                       std::vector<unsigned char> &s = lnl_saved_state(w, lnl_new(w, w.ctx, false));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf")));
+    }
     return t;
   }();
   return table;
@@ -1731,6 +2668,53 @@ std::string grouped_probe(World &w, const std::string &t, void *h) {
     HostTensor &dx = output(w, TE_DTYPE_F32, {N, N});
     s = te_grouped_linear_backward(w.ctx, static_cast<te_grouped_linear_backward_ctx *>(h), w.dy.get(), dx.get(),
                                    nullptr, nullptr, nullptr);
+  }
+  return s == TE_SUCCESS ? "" : std::string(t) + " probe returned " + te_status_string(s) + ": " + te_last_error();
+}
+
+
+// ---- the LayerNormLinear / LayerNormMLP handle types in the World (world.cpp's
+// knows_handle_type, make, destroy and probe hand these types over) ------------------------------
+
+bool layernorm_handle_type(const std::string &t) {
+  return t == "te_layernorm_linear" || t == "te_layernorm_linear_backward_ctx" || t == "te_layernorm_mlp" ||
+         t == "te_layernorm_mlp_backward_ctx";
+}
+
+// Backward contexts come from a high-precision forward of a fresh module (inside a disabled
+// scope when one is open, so that no pass changes).
+void *layernorm_make(World &w, const std::string &t) {
+  if (t == "te_layernorm_linear") return lnl_new(w, w.ctx, false);
+  if (t == "te_layernorm_mlp") return mlp_new(w, w.ctx, false);
+  if (t == "te_layernorm_linear_backward_ctx") return lnl_backward_ctx(w, w.ctx, lnl_new(w, w.ctx, false), false);
+  return mlp_backward_ctx(w, w.ctx, mlp_new(w, w.ctx, false), false);
+}
+
+void layernorm_destroy(const std::string &t, void *h) {
+  if (t == "te_layernorm_linear") te_layernorm_linear_destroy(static_cast<te_layernorm_linear *>(h));
+  else if (t == "te_layernorm_mlp") te_layernorm_mlp_destroy(static_cast<te_layernorm_mlp *>(h));
+  else if (t == "te_layernorm_linear_backward_ctx")
+    te_layernorm_linear_backward_ctx_destroy(static_cast<te_layernorm_linear_backward_ctx *>(h));
+  else te_layernorm_mlp_backward_ctx_destroy(static_cast<te_layernorm_mlp_backward_ctx *>(h));
+}
+
+std::string layernorm_probe(World &w, const std::string &t, void *h) {
+  te_status s;
+  size_t n = 0;
+  if (t == "te_layernorm_linear") {
+    s = te_layernorm_linear_state_save(w.ctx, static_cast<te_layernorm_linear *>(h), nullptr, 0, &n);
+  } else if (t == "te_layernorm_mlp") {
+    s = te_layernorm_mlp_state_save(w.ctx, static_cast<te_layernorm_mlp *>(h), nullptr, 0, &n);
+  } else if (t == "te_layernorm_linear_backward_ctx") {
+    te_layernorm_linear_grads g;
+    te_layernorm_linear_grads_init(&g);
+    g.dx = output(w, TE_DTYPE_F32, {N, N}).get();
+    s = te_layernorm_linear_backward(w.ctx, static_cast<te_layernorm_linear_backward_ctx *>(h), w.dy.get(), &g, nullptr);
+  } else {
+    te_layernorm_mlp_grads g;
+    te_layernorm_mlp_grads_init(&g);
+    g.dx = output(w, TE_DTYPE_F32, {N, N}).get();
+    s = te_layernorm_mlp_backward(w.ctx, static_cast<te_layernorm_mlp_backward_ctx *>(h), w.dy.get(), &g, nullptr);
   }
   return s == TE_SUCCESS ? "" : std::string(t) + " probe returned " + te_status_string(s) + ": " + te_last_error();
 }

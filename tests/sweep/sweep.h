@@ -76,6 +76,9 @@ struct World {
   te_linear *lin = nullptr;     // [16 -> 16], F32, bias
   te_linear *lin_aux = nullptr; // same shape; backward contexts of the factories come from it
   te_linear_backward_ctx *bwd = nullptr;
+  // The world's object of each module handle type whose factory lives in fixtures.cpp
+  // (te_grouped_linear, te_layernorm_linear, ... and their backward contexts), made by build().
+  std::map<std::string, void *> modules;
   HostTensor x, w, b, y, dy, dx, dw, db;  // lin's: x, W [16,16], b [16], y, dy, dx, dW, db
   float spare_scale_inv[4096];            // scale_inv storage for tensors mutated to FP8
 

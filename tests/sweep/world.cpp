@@ -1,5 +1,6 @@
 // The World of a sweep case: a CPU context with a recipe, a group, a linear that has taken one FP8
-// step and its backward context; factories and probes for every handle type; the state snapshot.
+// step and its backward context; factories and probes for every handle type (the modules' own in
+// fixtures.cpp, next to their fixtures); the state snapshot.
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -153,6 +154,11 @@ bool World::build() {
   ok(te_linear_forward(ctx, lin, &fa, y.get(), &bwd), "te_linear_forward (world)");
   ok(te_autocast_end(ctx, t), "te_autocast_end");
   ok(te_linear_backward(ctx, bwd, dy.get(), dx.get(), dw.get(), db.get(), nullptr), "te_linear_backward (world)");
+  // One object of each module handle type made by the fixtures' factories (own() hands them to
+  // the wrong-type mutations).
+  for (const char *t : {"te_grouped_linear", "te_grouped_linear_backward_ctx", "te_layernorm_linear",
+                        "te_layernorm_linear_backward_ctx", "te_layernorm_mlp", "te_layernorm_mlp_backward_ctx"})
+    modules[t] = make(t);
   // Outputs start as the sentinel again.
   y.fill_byte(0xA5);
   dx.fill_byte(0xA5);
@@ -172,9 +178,20 @@ void begin_fp8_scope(World &w) {
 
 // ---- handles ----------------------------------------------------------------------------------
 
+// Handle types whose factories live with their fixtures (fixtures.cpp): the grouped linear's,
+// and LayerNormLinear's / LayerNormMLP's.
+bool grouped_handle_type(const std::string &t);
+void *grouped_make(World &w, const std::string &t);
+void grouped_destroy(const std::string &t, void *h);
+std::string grouped_probe(World &w, const std::string &t, void *h);
+bool layernorm_handle_type(const std::string &t);
+void *layernorm_make(World &w, const std::string &t);
+void layernorm_destroy(const std::string &t, void *h);
+std::string layernorm_probe(World &w, const std::string &t, void *h);
+
 bool World::knows_handle_type(const std::string &t) {
   return t == "te_context" || t == "te_recipe" || t == "te_group" || t == "te_linear" ||
-         t == "te_linear_backward_ctx";
+         t == "te_linear_backward_ctx" || grouped_handle_type(t) || layernorm_handle_type(t);
 }
 
 void *World::own(const std::string &t) const {
@@ -183,10 +200,13 @@ void *World::own(const std::string &t) const {
   if (t == "te_group") return group;
   if (t == "te_linear") return lin;
   if (t == "te_linear_backward_ctx") return bwd;
-  return nullptr;
+  auto m = modules.find(t);
+  return m == modules.end() ? nullptr : m->second;
 }
 
 void *World::make(const std::string &t) {
+  if (grouped_handle_type(t)) return grouped_make(*this, t);
+  if (layernorm_handle_type(t)) return layernorm_make(*this, t);
   if (t == "te_context") {
     te_context_options o;
     std::memset(&o, 0, sizeof o);
@@ -237,7 +257,9 @@ void *World::make(const std::string &t) {
 }
 
 void World::destroy(const std::string &t, void *h) {
-  if (t == "te_context") te_context_destroy(static_cast<te_context *>(h));
+  if (grouped_handle_type(t)) grouped_destroy(t, h);
+  else if (layernorm_handle_type(t)) layernorm_destroy(t, h);
+  else if (t == "te_context") te_context_destroy(static_cast<te_context *>(h));
   else if (t == "te_recipe") te_recipe_release(static_cast<te_recipe *>(h));
   else if (t == "te_group") te_group_destroy(static_cast<te_group *>(h));
   else if (t == "te_linear") te_linear_destroy(static_cast<te_linear *>(h));
@@ -248,6 +270,8 @@ std::string World::probe(const std::string &t, void *h) {
   auto bad = [](const char *call, te_status s) {
     return std::string(call) + " returned " + te_status_string(s) + ": " + te_last_error();
   };
+  if (grouped_handle_type(t)) return grouped_probe(*this, t, h);
+  if (layernorm_handle_type(t)) return layernorm_probe(*this, t, h);
   if (t == "te_context") {
     te_device d{};
     te_status s = te_context_get_device(static_cast<te_context *>(h), &d);
