@@ -10,7 +10,8 @@ namespace fuzz {
 // ---- helpers ----
 
 // Any live handle, cast to another type by the caller: a wrong-type handle. avoid_kind: 0 context,
-// 1 recipe, 2 group, 3 linear, 4 linear backward context, 5 grouped linear, 6 its backward context.
+// 1 recipe, 2 group, 3 linear, 4 linear backward context, 5 grouped linear, 6 its backward context,
+// 7 LayerNormLinear / LayerNormMLP, 8 their backward contexts.
 inline void *Program::some_live_handle(int avoid_kind) {
   std::vector<void *> c;
   if (avoid_kind != 0)
@@ -33,6 +34,12 @@ inline void *Program::some_live_handle(int avoid_kind) {
       if (s.live) c.push_back(s.h);
   if (avoid_kind != 6)
     for (auto &s : moe_bwd_)
+      if (s.live) c.push_back(s.h);
+  if (avoid_kind != 7)
+    for (auto &s : ln_)
+      if (s.live) c.push_back(s.h);
+  if (avoid_kind != 8)
+    for (auto &s : ln_bwd_)
       if (s.live) c.push_back(s.h);
   if (c.empty()) return nullptr;
   return c[R.pick(static_cast<uint32_t>(c.size()))];

@@ -69,6 +69,7 @@ inline void Program::destroy_context(int slot) {
       dead_lin_.push_back(l.h);
     }
   moe_drop_context(slot);
+  ln_drop_context(slot);
   for (size_t i = 0; i < blocks_.size();) {
     if (blocks_[i].ctx == slot) {
       FUZZ_ASSERT(TE_CALL(te_context_free, c.h, blocks_[i].p) == TE_SUCCESS, "te_context_free of a live block failed");

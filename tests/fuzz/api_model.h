@@ -62,6 +62,12 @@ enum Op : uint8_t {
   OP_GROUPED_BACKWARD,
   OP_GROUPED_BACKWARD_DESTROY,
   OP_GROUPED_STATE,
+  OP_LN_CREATE,
+  OP_LN_DESTROY,
+  OP_LN_FORWARD,
+  OP_LN_BACKWARD,
+  OP_LN_BACKWARD_DESTROY,
+  OP_LN_STATE,
   OP_COUNT
 };
 
@@ -74,7 +80,7 @@ inline const char *op_name(uint8_t op) {
       "amax", "gemm", "activation_forward", "activation_backward", "malloc", "free", "copy", "tensor_query",
       "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward",
       "grouped_create", "grouped_destroy", "grouped_forward", "grouped_backward", "grouped_backward_destroy",
-      "grouped_state"};
+      "grouped_state", "ln_create", "ln_destroy", "ln_forward", "ln_backward", "ln_backward_destroy", "ln_state"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

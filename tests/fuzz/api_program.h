@@ -125,6 +125,40 @@ class Program {
     bool once_done = false;
   };
 
+  // A LayerNormLinear or LayerNormMLP (api_layernorm.h): kind 0 or 1, its configuration, and
+  // parameters that live until the end (a forward references x and gamma, and in high precision
+  // the weights). MLP: in = hidden, out = ffn.
+  static constexpr int kLnSlots = 4, kLnBwdSlots = 4;
+  struct LnCfg {
+    int kind = 0;
+    int64_t in = 16, out = 16;
+    int bias = 1, dtype = TE_DTYPE_BF16, fuse = 0, norm = TE_NORM_LAYERNORM, zc = 0, act = TE_ACTIVATION_GELU;
+    float eps = 1e-5f;
+    int64_t fc1_rows() const {
+      return kind == 1 && (act == TE_ACTIVATION_SWIGLU || act == TE_ACTIVATION_GEGLU) ? 2 * out : out;
+    }
+    bool small() const { return in >= 1 && in <= 64 && out >= 1 && out <= 64; }
+  };
+  struct LnBufs {
+    Blob x, gamma, beta, w, b, w2, b2, main_grad, main_grad2;  // w, b: LayerNormLinear's or fc1's
+  };
+  struct LnSlot {
+    void *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    LnCfg cfg;
+    LnBufs *bufs = nullptr;
+  };
+  struct LnBwdSlot {
+    void *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    LnCfg cfg;
+    LnBufs *bufs = nullptr;
+    int64_t tokens = 16;
+    bool once_done = false;
+  };
+
   Reader &R;
   uint32_t serial_ = 0;
   CtxSlot ctx_[kCtxSlots];
@@ -149,6 +183,11 @@ class Program {
   std::vector<std::unique_ptr<MoeBufs>> all_moe_bufs_;
   std::unique_ptr<MoeBufs> stand_in_;  // parameters for calls that name no usable layer
   MoeBwdSlot moe_bwd_[kMoeBwdSlots];
+  LnSlot ln_[kLnSlots];
+  std::vector<void *> dead_ln_;
+  std::vector<std::unique_ptr<LnBufs>> all_ln_bufs_;
+  std::unique_ptr<LnBufs> ln_stand_in_;
+  LnBwdSlot ln_bwd_[kLnBwdSlots];
 
   // ---- helpers (api_arguments.h) ----
   static std::vector<uint8_t> bytes_of(const void *p, size_t n) {
@@ -264,6 +303,22 @@ class Program {
                           const std::vector<uint8_t> &original);
   void moe_drop_context(int slot);
 
+  // ---- LayerNormLinear and LayerNormMLP (api_layernorm.h) ----
+  void *ln_arg(bool &mf, int &slot);
+  std::vector<uint8_t> ln_state(te_context *ctx, void *h, int kind);
+  static void ln_destroy_handle(void *h, int kind);
+  static void ln_destroy_backward(void *h, int kind);
+  void ln_create();
+  void ln_destroy();
+  LnBwdSlot &fresh_ln_bwd_slot(int &bs);
+  void ln_forward();
+  void ln_backward();
+  void ln_backward_destroy();
+  void ln_state_op();
+  void ln_load_and_check(te_context *ctx, void *h, int kind, const std::vector<uint8_t> &buf,
+                         const std::vector<uint8_t> &original);
+  void ln_drop_context(int slot);
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -357,6 +412,12 @@ class Program {
       case OP_GROUPED_BACKWARD: moe_backward(); break;
       case OP_GROUPED_BACKWARD_DESTROY: moe_backward_destroy(); break;
       case OP_GROUPED_STATE: moe_state_op(); break;
+      case OP_LN_CREATE: ln_create(); break;
+      case OP_LN_DESTROY: ln_destroy(); break;
+      case OP_LN_FORWARD: ln_forward(); break;
+      case OP_LN_BACKWARD: ln_backward(); break;
+      case OP_LN_BACKWARD_DESTROY: ln_backward_destroy(); break;
+      case OP_LN_STATE: ln_state_op(); break;
       default: break;
     }
   }
@@ -374,6 +435,7 @@ class Program {
         r.filled = false;
       }
     for (int i = 0; i < kCtxSlots; ++i) moe_drop_context(i);
+    for (int i = 0; i < kCtxSlots; ++i) ln_drop_context(i);
     for (auto &l : lin_)
       if (l.live) {
         te_linear_destroy(l.h);
@@ -406,4 +468,5 @@ class Program {
 #include "api_primitives.h"
 #include "api_norm.h"
 #include "api_grouped.h"
+#include "api_layernorm.h"
 #include "api_misc.h"

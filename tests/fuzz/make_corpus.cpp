@@ -219,6 +219,10 @@ void api_corpus(const std::string &dir) {
        {OP_GROUPED_CREATE, OP_GROUPED_FORWARD, OP_GROUPED_BACKWARD, OP_AUTOCAST_BEGIN, OP_GROUPED_FORWARD,
         OP_GROUPED_FORWARD, OP_AUTOCAST_END, OP_GROUPED_BACKWARD, OP_GROUPED_STATE, OP_GROUPED_STATE,
         OP_GROUPED_BACKWARD_DESTROY, OP_GROUPED_DESTROY, OP_GROUPED_FORWARD}},
+      {"layernorm",
+       {OP_LN_CREATE, OP_LN_FORWARD, OP_LN_BACKWARD, OP_AUTOCAST_BEGIN, OP_LN_FORWARD, OP_LN_FORWARD, OP_AUTOCAST_END,
+        OP_LN_BACKWARD, OP_LN_BACKWARD, OP_LN_STATE, OP_LN_STATE, OP_LN_STATE, OP_LN_BACKWARD_DESTROY, OP_LN_DESTROY,
+        OP_LN_FORWARD}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
@@ -258,6 +262,18 @@ void api_corpus(const std::string &dir) {
         OP_GROUPED_BACKWARD, OP_GROUPED_FORWARD, OP_GROUPED_STATE},
        {{}, {}, {0}, {}, {0}, {0}, {1}, {0}}},
       {"aim-numel-overflow", {OP_AMAX, OP_TENSOR_QUERY}, {{0, 0, 0, 0, 0, 0, 0, 237, 2}, {}}},
+      // LayerNormMLP (kind byte 200) and LayerNormLinear in one FP8 pass; backward of the second
+      // (the pass stays pending), then of the first (it ends the pass; the fuzzer varies what it
+      // requests, nothing included)
+      {"aim-layernorm-first-module-backward-requests-nothing",
+       {OP_LN_CREATE, OP_LN_CREATE, OP_AUTOCAST_BEGIN, OP_LN_FORWARD, OP_LN_FORWARD, OP_AUTOCAST_END, OP_LN_BACKWARD,
+        OP_LN_BACKWARD, OP_LN_STATE},
+       {{0, 0, 200}, {1}, {}, {0, 0}, {1, 1}, {}, {1}, {0}, {0}}},
+      // a module destroyed while its backward context is pending; the stale module used after
+      {"aim-layernorm-module-destroyed-before-backward",
+       {OP_LN_CREATE, OP_AUTOCAST_BEGIN, OP_LN_FORWARD, OP_AUTOCAST_END, OP_LN_DESTROY, OP_LN_BACKWARD, OP_LN_FORWARD,
+        OP_LN_STATE},
+       {{0, 0, 200}, {}, {0}, {}, {0}, {0}, {1}, {0}}},
   };
   for (const Aimed &a : aimed) {
     Reader rec(a.ops, 99, 0, a.args);
