@@ -5,34 +5,44 @@
 // 8 warp totals (4, 2, 1); every operation is a separately rounded _rn intrinsic (nvcc would
 // otherwise contract products and sums into FMAs), division and square root correctly rounded.
 //
-// Vectorised kernels (16-byte accesses; hidden % 8 == 0, aligned tensors): one warp holds the 256
-// lanes of a row, thread u lanes 8u..8u+7, i.e. the 8 consecutive elements 256k + 8u.. of every
-// 256-element chunk k, so a lane's sequential sum stays inside one thread and the two trees are
-// shuffles (warp_lanes_total). A row too long for one warp's registers is split over a team of
-// G = 2, 4 or 8 warps holding consecutive chunk ranges: each lane's sum runs through the team's
-// warps in chunk order (warp g continues from warp g - 1's lane sums, handed over in shared
-// memory), so the order is still the one above. The row stays in registers from the load to the
-// last output: x is read from memory once.
+// Forward, streaming kernel (hidden % 8 == 0, aligned tensors, hidden <= 16384 for 16-bit inputs
+// and 8192 for F32, the code tile fits): persistent, one CTA of 16 warps per SM. Teams of G = 2
+// or 4 warps (1 for short rows) each normalise one row at a time: the team's next row streams
+// into its shared-memory slot with the bulk copy engine (cp.async.bulk on mbarriers) while it
+// works on the current one, held in registers (64 per thread); the statistics come out in the
+// order above with the lanes spread over the team's threads (thread u of warp g holds lanes
+// 32Vg + Vu .. + V - 1, V = 8 / G, so every lane's sum stays inside one thread; the warp tree is
+// shuffles then in-thread adds; the 8 warp totals go through shared memory when G > 1). y, `out`
+// and amax come straight from registers; the codes also go to a [R][hidden] code tile in shared
+// memory (R = 32 for hidden 4096, 16 for 8192, 8 for 14336; 16-row blocks XOR-swizzled so that
+// the transposed read is free of bank conflicts), from which out_t is written with 16-byte stores
+// per column; tiles of fewer than 32 rows are written by clusters of 8 CTAs through distributed
+// shared memory, 64 or 128 contiguous bytes per column. On an H100 (2026-11-24; bf16 16384 x
+// hidden -> E4M3 out + out_t + amax + stats, LayerNorm / RMSNorm) this runs at 69 / 72% of a device
+// copy for hidden 4096, 42 / 49% for 8192 and 33 / 38% for 14336.
 //
-// Forward: a CTA normalises a tile of R rows (R = 16 when it fits); each element's fp32 value v
-// gives y, amax and the code fp8(v * scale), written to `out` straight from registers and to a
-// [R][hidden] code tile in shared memory; when the tile is done, the CTA writes out_t from it: 4
-// columns x 4 rows of codes at a time are transposed with byte permutes, and each out_t row gets
-// the tile's R codes as one R-byte store.
+// Backward, vectorised kernels (16-byte accesses; hidden % 8 == 0, aligned tensors): one warp
+// holds the 256 lanes of a row, thread u lanes 8u..8u+7, i.e. the 8 consecutive elements 256k + 8u..
+// of every 256-element chunk k, so a lane's sequential sum stays inside one thread and the two
+// trees are shuffles (warp_lanes_total). A row too long for one warp's registers is split over a
+// team of G = 2, 4 or 8 warps holding consecutive chunk ranges: each lane's sum runs through the
+// team's warps in chunk order (warp g continues from warp g - 1's lane sums, handed over in
+// shared memory), so the order is still the one above. A CTA takes a band of rows; per row the
+// team computes the two ordered sums (one pass through the chain), then dx. dgamma/dbeta: each
+// column of a team belongs to one thread, which accumulates it over the team's rows in shared
+// memory; the CTA adds its teams in order and writes one fp32 partial row to scratch, and a
+// second kernel adds the bands' partials in a fixed order. The band count depends on the row
+// count only, so results are the same on every run and device.
 //
-// Backward: a CTA takes a band of rows; per row the team computes the two ordered sums (one pass
-// through the chain), then dx. dgamma/dbeta: each column of a team belongs to one thread, which
-// accumulates it over the team's rows in shared memory; the CTA adds its teams in order and
-// writes one fp32 partial row to scratch, and a second kernel adds the bands' partials in a fixed
-// order. The band count depends on the row count only, so results are the same on every run and
-// device.
-//
-// Anything else (hidden % 8 != 0, unaligned views, rows longer than 8 warps' registers or than the
-// code tile, mixed FP8 formats or dtypes) takes the generic kernels: the CTA's 256 threads are the
-// 256 lanes themselves (thread t adds elements t, t + 256, ...), which is the order by definition;
-// x is read again from L2 for each pass.
+// Anything else (hidden % 8 != 0, unaligned views, longer rows, mixed FP8 formats or dtypes)
+// takes the generic kernels: the CTA's 256 threads are the 256 lanes themselves (thread t adds
+// elements t, t + 256, ...), which is the order by definition; x is read again from L2 for each
+// pass.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
@@ -139,13 +149,6 @@ __device__ __forceinline__ void unpack8(const Vec8<T> &in, float (&f)[8]) {
   }
 }
 
-// Asks L2 for the bytes [begin, end) of global memory, one 128-byte line per thread of the warp at
-// a time (a hint: nothing waits for it).
-__device__ __forceinline__ void prefetch_l2(const char *begin, const char *end) {
-  for (const char *p = begin + 128 * (threadIdx.x & 31); p < end; p += 128 * 32)
-    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
-}
-
 template <DType T>
 __device__ __forceinline__ void load8_floats(const void *base, int64_t elem, float (&f)[8]) {
   Vec8<T> v;
@@ -187,52 +190,13 @@ struct FwdParams {
   int64_t rows, n;
   float eps;
   bool layer, zero_centered;
-  // Vectorised kernel: warps per row, chunks per warp, rows per CTA, chunks per row, bytes of
-  // the code tile, whether out_t takes R-byte stores.
-  int G, kw, R;
-  int64_t chunks;
-  int tile_bytes;
+  // The streaming kernel's layout (plan_fwd_rows): rows per tile, ring slots, bytes of a row of x
+  // and of a ring slot, bytes per code-tile row (0: no code tile), tiles, whether out_t takes
+  // 16/8/4-byte stores.
+  int R, D, lg_R, lg_D, lg_rpt, lg_C, row_bytes, slot_bytes, tile_stride;
+  int64_t tiles, super_tiles;
   bool out_t_vec;
 };
-
-// Writes the CTA's [R][n] code tile to out_t [n, rows] at rows r0.. (call after a barrier).
-__device__ __forceinline__ void write_tile_transposed(const uint8_t *tile, const FwdParams &p, int64_t r0) {
-  const int64_t n = p.n;
-  const int nr = static_cast<int>(min(static_cast<int64_t>(p.R), p.rows - r0));
-  const bool vec = p.out_t_vec && nr == p.R;
-  const int quads = static_cast<int>(n / 4);
-  for (int q = threadIdx.x; q < quads; q += kThreads) {
-    uint32_t col[4][4] = {};  // col[j][rq]: column 4q + j, rows 4rq..4rq+3
-#pragma unroll
-    for (int rq = 0; rq < 4; ++rq) {
-      if (4 * rq >= p.R) break;
-      uint32_t w[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) w[r] = *reinterpret_cast<const uint32_t *>(tile + (4 * rq + r) * n + 4 * q);
-      const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-      const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-      col[0][rq] = __byte_perm(t0, t2, 0x5410);
-      col[1][rq] = __byte_perm(t0, t2, 0x7632);
-      col[2][rq] = __byte_perm(t1, t3, 0x5410);
-      col[3][rq] = __byte_perm(t1, t3, 0x7632);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint8_t *dst = p.out_t + (4 * static_cast<int64_t>(q) + j) * p.rows + r0;
-      if (vec && p.R == 16) {
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(col[j][0], col[j][1], col[j][2], col[j][3]);
-      } else if (vec && p.R == 8) {
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(col[j][0], col[j][1]);
-      } else if (vec) {
-        *reinterpret_cast<uint32_t *>(dst) = col[j][0];
-      } else {
-#pragma unroll
-        for (int b = 0; b < 16; ++b)
-          if (b < nr) dst[b] = static_cast<uint8_t>(col[j][b >> 2] >> (8 * (b & 3)));
-      }
-    }
-  }
-}
 
 __device__ __forceinline__ void finish_forward(const FwdParams &p, uint32_t m, float s, uint32_t *scratch) {
   if (p.amax != nullptr) {
@@ -246,146 +210,548 @@ __device__ __forceinline__ void finish_forward(const FwdParams &p, uint32_t m, f
   }
 }
 
-// The vectorised forward. Fmt: the format of out and out_t (the same; kFmtNone: neither).
-// kCapVecs: 16-byte vectors of x a thread holds per row (kCapVecs / Vec8::kVecs chunks).
-template <DType T, int Fmt, int kCapVecs>
-__global__ void __launch_bounds__(kThreads, 2) norm_fwd_vec_kernel(const FwdParams p) {
-  constexpr int kCap = kCapVecs / Vec8<T>::kVecs;
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ uint32_t amax_scratch[32];
-  const int warp = threadIdx.x >> 5, u = threadIdx.x & 31;
-  const int G = p.G, teams = kWarps / G, team = warp / G, g = warp % G;
-  const int64_t n = p.n;
-  // This thread's elements of a row: col0 + 256 kk + 0..7 for its chunks kk < nk (the warp's
-  // chunks that exist for this thread); everything is addressed from col0 with constant offsets.
-  const int64_t col0 = static_cast<int64_t>(g) * p.kw * kNormLanes + 8 * u;
-  const int nk = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(p.kw), ceil_div_dev(n - col0, kNormLanes))));
-  float *handoff = reinterpret_cast<float *>(smem + p.tile_bytes) + team * kNormLanes;  // G > 1
-  float *total_slot = reinterpret_cast<float *>(smem + p.tile_bytes) + teams * kNormLanes + team;
-  const float count = static_cast<float>(n);
-  const float s = p.scale != nullptr ? *p.scale : 1.0f;
-  const float g_base = p.zero_centered ? 1.0f : kNegZero;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * p.R;
-  const int iters = (p.R + teams - 1) / teams;
-  uint32_t m = 0;
+// ---- the streaming forward: its pieces ---------------------------------------------------------
 
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-    const int rl = team + it * teams;
-    const int64_t r = r0 + rl;
-    const bool active = rl < p.R && r < p.rows;
-    const int64_t at = r * n + col0;  // this thread's first element in x, y and out
-    Vec8<T> xr[kCap];
-    if (active) {
-#pragma unroll
-      for (int kk = 0; kk < kCap; ++kk)
-        if (kk < nk) load8<T>(p.x, at + kk * kNormLanes, xr[kk]);
-      // The warp's part of its next row goes to L2 while this one is being normalised.
-      const int64_t r_next = r + teams;
-      if (rl + teams < p.R && r_next < p.rows) {
-        using S = typename InType<T>::Storage;
-        const int64_t first = r_next * n + (col0 - 8 * u);
-        const S *row_x = static_cast<const S *>(p.x);
-        prefetch_l2(reinterpret_cast<const char *>(row_x + first),
-                    reinterpret_cast<const char *>(row_x + min(first + static_cast<int64_t>(p.kw) * kNormLanes, (r_next + 1) * n)));
-      }
-    }
-    // The team's ordered sum of term(x) over the row.
-    auto row_total = [&](auto term) -> float {
-      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      auto add_terms = [&] {
-        if (!active) return;
-#pragma unroll
-        for (int kk = 0; kk < kCap; ++kk) {
-          if (kk >= nk) continue;
-          float f[8];
-          unpack8<T>(xr[kk], f);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] = add(acc[i], term(f[i]));
-        }
-      };
-      if (G == 1) {
-        add_terms();
-        return warp_lanes_total(acc);
-      }
-      for (int step = 0; step < G; ++step) {
-        if (g == step) {
-          if (step > 0) {
-            const float4 *h = reinterpret_cast<const float4 *>(handoff + 8 * u);
-            const float4 a0 = h[0], a1 = h[1];
-            acc[0] = a0.x, acc[1] = a0.y, acc[2] = a0.z, acc[3] = a0.w;
-            acc[4] = a1.x, acc[5] = a1.y, acc[6] = a1.z, acc[7] = a1.w;
-          }
-          add_terms();
-          if (step < G - 1) {
-            float4 *h = reinterpret_cast<float4 *>(handoff + 8 * u);
-            h[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            h[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-          } else {
-            const float t = warp_lanes_total(acc);
-            if (u == 0) *total_slot = t;
-          }
-        }
-        __syncthreads();
-      }
-      return *total_slot;
-    };
-    float mu = 0.0f, second;
-    if (p.layer) {
-      mu = __fdiv_rn(row_total([](float v) { return v; }), count);
-      second = row_total([mu](float v) {
-        const float d = sub(v, mu);
-        return mul(d, d);
-      });
-    } else {
-      second = row_total([](float v) { return mul(v, v); });
-    }
-    const float rsigma = rsigma_of(second, count, p.eps);
-    if (!active) continue;
-    if (g == 0 && u == 0) {
-      if (p.mu != nullptr) p.mu[r] = mu;
-      if (p.rsigma != nullptr) p.rsigma[r] = rsigma;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kCap; ++kk) {
-      if (kk >= nk) continue;
-      const int off = kk * kNormLanes;
-      float f[8], gm[8], b[8] = {kNegZero, kNegZero, kNegZero, kNegZero, kNegZero, kNegZero, kNegZero, kNegZero}, v[8];
-      unpack8<T>(xr[kk], f);
-      load8_floats<T>(p.gamma, col0 + off, gm);
-      if (p.beta != nullptr) load8_floats<T>(p.beta, col0 + off, b);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = add(mul(mul(sub(f[i], mu), rsigma), add(g_base, gm[i])), b[i]);
-      if (p.amax != nullptr) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) m = max(m, abs_bits(v[i]));
-      }
-      if (p.y != nullptr) store8(p.y, p.y_dtype, at + off, v);
-      if constexpr (Fmt != kFmtNone) {
-        const uint32_t w0 = encode4<Fmt>(mul(v[0], s), mul(v[1], s), mul(v[2], s), mul(v[3], s));
-        const uint32_t w1 = encode4<Fmt>(mul(v[4], s), mul(v[5], s), mul(v[6], s), mul(v[7], s));
-        if (p.out != nullptr) *reinterpret_cast<uint2 *>(p.out + at + off) = make_uint2(w0, w1);
-        if (p.out_t != nullptr)  // the code tile
-          *reinterpret_cast<uint2 *>(smem + rl * n + col0 + off) = make_uint2(w0, w1);
-      }
-    }
-  }
+constexpr int kRowWarps = 16;                // warps of the streaming forward's CTA
+constexpr int kRowThreads = kRowWarps * 32;  // ...its threads
+constexpr int kTileBarrier = 15;             // named barrier of the whole CTA (teams use 1..8)
+constexpr int kFmtRuntime = 3;  // Fmt of the kernel for partial rows: p.out_fmt / p.out_t_fmt at run time
 
-  if constexpr (Fmt != kFmtNone) {
-    if (p.out_t != nullptr) {
-      __syncthreads();
-      write_tile_transposed(smem, p, r0);
-    }
-  }
-  finish_forward(p, m, s, amax_scratch);
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
 
-// The vectorised forward's register capacity (16-byte vectors of x per thread): rows of up to 4
-// vectors per thread take the small kernel (more CTAs per SM), longer ones the big one (64
-// registers of the row; 32 for F32, whose loads the compiler hoists further).
-constexpr int kFwdSmallCapVecs = 4;
-template <DType T>
-constexpr int kFwdBigCapVecs = T == DType::F32 ? 8 : 16;
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  const uint32_t a = smem_u32(bar);
+  uint32_t done;
+  for (;;) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+    if (done != 0) return;
+  }
+}
+
+// One row of x, global -> shared, by the bulk copy engine; completes on `bar`. x is read once:
+// its lines leave L2 first (the code lines of out_t stay to be merged).
+__device__ __forceinline__ void bulk_load_row(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// max(a, b), NaN if either is NaN.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// fix_nan_codes4 in three or five integer operations: every code whose magnitude exceeds the
+// largest finite one (E4M3 0x7E, E5M2 0x7B; satfinite never writes infinity) becomes the CPU's
+// NaN (0x7F, 0x7E). Adding 0x01 (0x04) to each 7-bit magnitude sets bit 7 exactly for those.
+template <int Fmt>
+__device__ __forceinline__ uint32_t fix_nan_fast(uint32_t w) {
+  if constexpr (Fmt == kFmtE4M3) {
+    const uint32_t t = (w & 0x7F7F7F7Fu) + 0x01010101u;
+    return w & ~(t & 0x80808080u);  // magnitude 0x7F: clear the sign
+  } else {
+    const uint32_t t = ((w & 0x7F7F7F7Fu) + 0x04040404u) & 0x80808080u;
+    const uint32_t mask = t | (t - (t >> 7));  // 0xFF per NaN byte
+    return (w & ~mask) | (0x7E7E7E7Eu & mask);
+  }
+}
+
+// W 32-bit words of packed elements (W * 4 / sizeof(element) of them) -> floats. The ring's words
+// are unpacked through opaque instructions so that the row stays packed in registers between its
+// passes.
+template <DType T, int W, bool kOpaque>
+__device__ __forceinline__ void unpack_words(const uint32_t (&w)[W], float (&f)[W * 4 / (T == DType::F32 ? 4 : 2)]) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    if constexpr (T == DType::F32) {
+      f[j] = __uint_as_float(w[j]);
+    } else if constexpr (T == DType::BF16) {
+      uint32_t lo, hi;
+      if constexpr (kOpaque) {
+        asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo) : "r"(w[j]));
+        asm volatile("and.b32 %0, %1, 0xFFFF0000;" : "=r"(hi) : "r"(w[j]));
+      } else {
+        lo = w[j] << 16;
+        hi = w[j] & 0xFFFF0000u;
+      }
+      f[2 * j] = __uint_as_float(lo);
+      f[2 * j + 1] = __uint_as_float(hi);
+    } else {
+      const float2 q = __half22float2(*reinterpret_cast<const __half2 *>(&w[j]));
+      f[2 * j] = q.x;
+      f[2 * j + 1] = q.y;
+    }
+  }
+}
+
+// W words at p (aligned to their size), shared or global memory.
+template <int W>
+__device__ __forceinline__ void load_words(const uint8_t *p, uint32_t (&w)[W]) {
+  if constexpr (W == 8) {
+    const uint4 a = reinterpret_cast<const uint4 *>(p)[0], b = reinterpret_cast<const uint4 *>(p)[1];
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  } else if constexpr (W == 4) {
+    const uint4 a = *reinterpret_cast<const uint4 *>(p);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+  } else if constexpr (W == 2) {
+    const uint2 a = *reinterpret_cast<const uint2 *>(p);
+    w[0] = a.x, w[1] = a.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t *>(p);
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void ldg_words(const uint8_t *p, uint32_t (&w)[W]) {
+  if constexpr (W == 8) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4 *>(p)), b = __ldg(reinterpret_cast<const uint4 *>(p) + 1);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  } else if constexpr (W == 4) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4 *>(p));
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+  } else if constexpr (W == 2) {
+    const uint2 a = __ldg(reinterpret_cast<const uint2 *>(p));
+    w[0] = a.x, w[1] = a.y;
+  } else {
+    w[0] = __ldg(reinterpret_cast<const unsigned int *>(p));
+  }
+}
+
+// V consecutive elements of a gamma / beta vector of dtype T, from column c, as floats.
+template <DType T, int V>
+__device__ __forceinline__ void ldg_floats(const void *base, int c, float (&f)[V]) {
+  constexpr int kEs = T == DType::F32 ? 4 : 2;
+  uint32_t w[V * kEs / 4];
+  ldg_words<V * kEs / 4>(static_cast<const uint8_t *>(base) + static_cast<size_t>(c) * kEs, w);
+  unpack_words<T, V * kEs / 4, false>(w, f);
+}
+
+// V floats as elements elem.. of an F32 / F16 / BF16 tensor (aligned to the store).
+template <int V>
+__device__ __forceinline__ void store_floats(void *base, DType t, int64_t elem, const float (&v)[V]) {
+  if (t == DType::F32) {
+    float *p = static_cast<float *>(base) + elem;
+    if constexpr (V == 8) {
+      reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else if constexpr (V == 4) {
+      *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+    }
+    return;
+  }
+  uint32_t w[V / 2];
+#pragma unroll
+  for (int j = 0; j < V / 2; ++j) {
+    const uint32_t lo = t == DType::F16 ? float_to_f16_bits(v[2 * j]) : float_to_bf16_bits(v[2 * j]);
+    const uint32_t hi = t == DType::F16 ? float_to_f16_bits(v[2 * j + 1]) : float_to_bf16_bits(v[2 * j + 1]);
+    w[j] = lo | (hi << 16);
+  }
+  uint16_t *p = static_cast<uint16_t *>(base) + elem;
+  if constexpr (V == 8) *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  else if constexpr (V == 4) *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
+  else *reinterpret_cast<uint32_t *>(p) = w[0];
+}
+
+// V codes (V = 8, 4 or 2) at p, aligned to V bytes.
+template <int V>
+__device__ __forceinline__ void store_codes(uint8_t *p, const uint32_t (&c)[(V + 3) / 4]) {
+  if constexpr (V == 8) *reinterpret_cast<uint2 *>(p) = make_uint2(c[0], c[1]);
+  else if constexpr (V == 4) *reinterpret_cast<uint32_t *>(p) = c[0];
+  else *reinterpret_cast<uint16_t *>(p) = static_cast<uint16_t>(c[0]);
+}
+
+// V floats times s -> V codes (packed little-endian).
+template <int Fmt, int V>
+__device__ __forceinline__ void encode_v(const float (&v)[V], float s, uint32_t (&code)[(V + 3) / 4]) {
+#pragma unroll
+  for (int q = 0; q < (V + 3) / 4; ++q) {
+    if constexpr (V >= 4) {
+      const uint32_t lo = cvt_fp8x2_raw<Fmt>(mul(v[4 * q], s), mul(v[4 * q + 1], s));
+      const uint32_t hi = cvt_fp8x2_raw<Fmt>(mul(v[4 * q + 2], s), mul(v[4 * q + 3], s));
+      code[q] = fix_nan_fast<Fmt>(lo | (hi << 16));
+    } else {
+      code[q] = fix_nan_fast<Fmt>(cvt_fp8x2_raw<Fmt>(mul(v[0], s), mul(v[1], s)));
+    }
+  }
+}
+
+// The XOR applied to the 32-bit word index of a code-tile row (bits 0..4): rows 16b..16b+15 of a
+// tile of R >= 32 rows are shifted by b * 512 / R words, so that the transposed read, whose warp
+// reads the same words of R / 16 row blocks at once, hits 32 distinct banks.
+__device__ __forceinline__ int tile_swizzle(int row, int lg_R) { return lg_R >= 5 ? ((row >> 4) << (9 - lg_R)) & 31 : 0; }
+
+// Columns 4q..4q+3 of RI consecutive tile rows (from src, stride apart) to out_t: one RI-byte
+// store per column.
+template <int RI>
+__device__ __forceinline__ void transpose_block(const uint8_t *src, int stride, uint8_t *dst, int64_t rows) {
+  uint32_t w[RI];
+#pragma unroll
+  for (int i = 0; i < RI; ++i) w[i] = *reinterpret_cast<const uint32_t *>(src + i * stride);
+  uint32_t col[4][RI / 4];
+#pragma unroll
+  for (int rq = 0; rq < RI / 4; ++rq) {
+    const uint32_t t0 = __byte_perm(w[4 * rq], w[4 * rq + 1], 0x5140), t1 = __byte_perm(w[4 * rq], w[4 * rq + 1], 0x7362);
+    const uint32_t t2 = __byte_perm(w[4 * rq + 2], w[4 * rq + 3], 0x5140), t3 = __byte_perm(w[4 * rq + 2], w[4 * rq + 3], 0x7362);
+    col[0][rq] = __byte_perm(t0, t2, 0x5410);
+    col[1][rq] = __byte_perm(t0, t2, 0x7632);
+    col[2][rq] = __byte_perm(t1, t3, 0x5410);
+    col[3][rq] = __byte_perm(t1, t3, 0x7632);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint8_t *d = dst + j * rows;
+    if constexpr (RI == 16) *reinterpret_cast<uint4 *>(d) = make_uint4(col[j][0], col[j][1], col[j][2], col[j][3]);
+    else if constexpr (RI == 8) *reinterpret_cast<uint2 *>(d) = make_uint2(col[j][0], col[j][1]);
+    else *reinterpret_cast<uint32_t *>(d) = col[j][0];
+  }
+}
+
+// Writes the tile's nr rows of codes to out_t[:, r0 .. r0 + nr) (thread tid of the CTA's 512):
+// whole blocks of RI = min(R, 16) rows as RI-byte stores, the rest byte by byte.
+template <int RI>
+__device__ __forceinline__ void write_out_t_blocks(const uint8_t *tile, const FwdParams &p, int64_t r0, int nr, int tid) {
+  constexpr int kLgRI = RI == 16 ? 4 : RI == 8 ? 3 : 2;
+  const int stride = p.tile_stride, lg_RB = p.lg_R - kLgRI, RB = 1 << lg_RB;
+  const int rbv = p.out_t_vec ? nr / RI : 0;
+  const int quads = static_cast<int>(p.n / 4);
+  if (rbv > 0) {
+    const int items = quads * RB;
+    for (int item = tid; item < items; item += kRowThreads) {
+      const int rb = item & (RB - 1), q = item >> lg_RB;
+      if (rb >= rbv) continue;
+      const uint8_t *src = tile + rb * RI * stride + ((q ^ tile_swizzle(rb * RI, p.lg_R)) << 2);
+      transpose_block<RI>(src, stride, p.out_t + static_cast<int64_t>(4 * q) * p.rows + r0 + rb * RI, p.rows);
+    }
+  }
+  const int first = rbv * RI, rem = nr - first;
+  if (rem > 0) {
+    const int64_t count = p.n * rem;
+    for (int64_t idx = tid; idx < count; idx += kRowThreads) {
+      const int c = static_cast<int>(idx / rem), rr = first + static_cast<int>(idx % rem);
+      const int word = (c >> 2) ^ tile_swizzle(rr, p.lg_R);
+      p.out_t[static_cast<int64_t>(c) * p.rows + r0 + rr] = tile[rr * stride + (word << 2) + (c & 3)];
+    }
+  }
+}
+
+// Writes the cluster's super tile (its C CTAs' code tiles, rows s0 .. s0 + nrs) to out_t, this CTA
+// (cluster rank `rank`) taking its share of the columns: whole blocks of RI = min(R, 16) rows as
+// RI-byte stores, lanes of consecutive row blocks side by side (C * R contiguous bytes per column
+// and store instruction), the rest of the rows byte by byte. Tiles are read through distributed
+// shared memory.
+template <int RI>
+__device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdParams &p, int64_t s0, int nrs, int rank) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  constexpr int kLgRI = RI == 16 ? 4 : RI == 8 ? 3 : 2;
+  const int stride = p.tile_stride, lg_bpt = p.lg_R - kLgRI;  // row blocks per CTA tile
+  const int lg_rbs = lg_bpt + p.lg_C, rbs = 1 << lg_rbs;      // row blocks per super tile
+  const int rbv = p.out_t_vec ? nrs / RI : 0;
+  const int quads = static_cast<int>(p.n / 4), share = (quads + (1 << p.lg_C) - 1) >> p.lg_C;
+  const int q_begin = min(quads, rank * share), q_end = min(quads, q_begin + share);
+  if (rbv > 0) {
+    const int items = (q_end - q_begin) << lg_rbs;
+    for (int item = threadIdx.x; item < items; item += kRowThreads) {
+      const int rb = item & (rbs - 1), q = q_begin + (item >> lg_rbs);
+      if (rb >= rbv) continue;
+      const int lb = rb & ((1 << lg_bpt) - 1);
+      const uint8_t *src = cluster.map_shared_rank(tile, rb >> lg_bpt) + lb * RI * stride +
+                           ((q ^ tile_swizzle(lb * RI, p.lg_R)) << 2);
+      transpose_block<RI>(src, stride, p.out_t + static_cast<int64_t>(4 * q) * p.rows + s0 + rb * RI, p.rows);
+    }
+  }
+  const int first = rbv * RI, rem = nrs - first;
+  if (rem > 0) {
+    const int64_t count = static_cast<int64_t>(4 * (q_end - q_begin)) * rem;
+    for (int64_t idx = threadIdx.x; idx < count; idx += kRowThreads) {
+      const int c = 4 * q_begin + static_cast<int>(idx / rem), rr = first + static_cast<int>(idx % rem);
+      const int lr = rr & (p.R - 1);
+      const int word = (c >> 2) ^ tile_swizzle(lr, p.lg_R);
+      const uint8_t *src = cluster.map_shared_rank(tile, rr >> p.lg_R);
+      p.out_t[static_cast<int64_t>(c) * p.rows + s0 + rr] = src[lr * stride + (word << 2) + (c & 3)];
+    }
+  }
+}
+
+// ---- the streaming forward ---------------------------------------------------------------------
+//
+// One CTA of 16 warps per SM, persistent. Clusters of C CTAs (C = 1 for code tiles of 32 rows or
+// more) walk super tiles st = cluster, cluster + clusters, ... of C tiles of R rows; CTA `rank`
+// takes tile st * C + rank. The warps form teams of G = 8 / V warps; team tm normalises rows tm,
+// tm + 16 / G, ... of the CTA's tile. Each team streams its own rows, in order, through its own D
+// shared-memory slots (a slot has one consumer, so its mbarrier phases follow the team's row
+// index): the bulk copy engine fills the slot (full[slot]), the team copies the row into
+// registers (64 per thread), every thread arrives on empty[slot], and the team's first thread
+// then loads the team's row D ahead into it, so that row's load overlaps this row's arithmetic.
+// Thread u of warp g of a team holds lanes 32Vg + Vu .. + V - 1 of numerics/norm.h, i.e. the V
+// consecutive columns 256k + 32Vg + Vu.. of every 256-column chunk k (K chunks at most; kExact:
+// every thread has exactly K): a lane's sequential sum stays in one thread, the warp tree of a
+// virtual warp (32 lanes = 32 / V threads) is shuffles by 16 / V.. threads then additions inside
+// the thread, and the 8 virtual-warp totals (exchanged in shared memory when G > 1) are added by
+// the tree of the 8 warp totals. Each element's fp32 value v gives y, amax and the code
+// fp8(v * scale), written to `out` and to the tile's [R][n] code tile in shared memory; when the
+// tiles are done, out_t is written from them (C = 1: the CTA's own tile, one 16-byte store per
+// column and 16 rows; C > 1: each CTA of the cluster takes 1 / C of the columns and reads all C
+// tiles through distributed shared memory, C * R contiguous bytes per column), while the teams'
+// next rows are already loading.
+template <DType T, int V, int K, bool kExact, int Fmt>
+__global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const FwdParams p) {
+  constexpr int kEs = T == DType::F32 ? 4 : 2;  // bytes per element
+  constexpr int W = V * kEs / 4;                // words of x per thread and chunk
+  static_assert(K * W <= 64, "64 registers of the row per thread");
+  constexpr int G = 8 / V;                      // warps per row
+  constexpr int kTeams = kRowWarps / G;
+  constexpr int kTpv = 32 / V;                  // threads per virtual warp of 32 lanes
+  constexpr int kCodeWords = (V + 3) / 4;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int R = p.R, D = p.D;
+  const int warp = threadIdx.x >> 5, u = threadIdx.x & 31;
+  const int team = warp / G, g = warp % G;
+  uint8_t *ring = smem;
+  uint8_t *tile = smem + static_cast<size_t>(kTeams) * D * p.slot_bytes;
+  float *red = reinterpret_cast<float *>(tile + static_cast<size_t>(p.tile_stride) * R);  // [kTeams][2][8]
+  uint64_t *full = reinterpret_cast<uint64_t *>(red + kTeams * 16) + team * D;  // this team's D slots
+  uint64_t *empty = full + kTeams * D;
+  uint8_t *slots = ring + static_cast<size_t>(team) * D * p.slot_bytes;
+  const int64_t rows = p.rows, n = p.n;
+  const int rpt = 1 << p.lg_rpt;  // rows of a tile per team (those at R and beyond do not exist)
+  // The team's row i (row team + (i % rpt) * kTeams of its CTA's tile i / rpt) into its slot i % D,
+  // if it exists. A team's rows exist up to some i and not after, so the slots' phases follow i.
+  // The cluster's super tiles st = cluster id, + clusters, ...: C * R rows each, this CTA's tile
+  // being st * C + rank.
+  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  const int64_t cluster_id = blockIdx.x >> p.lg_C, clusters = gridDim.x >> p.lg_C;
+  auto load_row = [&](uint32_t i) {
+    const int64_t t = ((cluster_id + static_cast<int64_t>(i >> p.lg_rpt) * clusters) << p.lg_C) + rank;
+    const int rl = team + static_cast<int>(i & (rpt - 1)) * kTeams;
+    const int64_t r = t * R + rl;
+    if (t >= p.tiles || rl >= R || r >= rows) return;
+    const uint32_t slot = i & (D - 1);
+    mbar_arrive_expect_tx(full + slot, static_cast<uint32_t>(p.row_bytes));
+    bulk_load_row(slots + slot * p.slot_bytes, static_cast<const uint8_t *>(p.x) + r * p.row_bytes,
+                  static_cast<uint32_t>(p.row_bytes), full + slot, evict_first_policy());
+  };
+  if (threadIdx.x == 0) {
+    uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTeams * 16);
+    for (int i = 0; i < kTeams * D; ++i) {
+      mbar_init(bars + i, 1);                   // full: the bulk copy's arrival
+      mbar_init(bars + kTeams * D + i, G * 32);  // empty: every thread of the team has its row
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  if (g == 0 && u == 0)
+    for (int i = 0; i < D; ++i) load_row(i);
+
+  const int col0 = 32 * V * g + V * u;  // this thread's first column of every chunk
+  const int nk = n > col0 ? static_cast<int>(min(static_cast<int64_t>(K), (n - col0 + kNormLanes - 1) / kNormLanes)) : 0;
+  const float count = static_cast<float>(n);
+  const float s = p.scale != nullptr ? *p.scale : 1.0f;
+  const bool layer = p.layer, zc = p.zero_centered, has_beta = p.beta != nullptr, want_y = p.y != nullptr;
+  const bool want_out = Fmt != kFmtNone && p.out != nullptr;
+  const bool want_tile = Fmt != kFmtNone && p.out_t != nullptr;
+  float m = 0.0f;
+  int red_parity = 0;
+
+  // The team's total of the lane sums a[] (numerics/norm.h steps 2 and 3), in every thread.
+  auto team_total = [&](float (&a)[V]) -> float {
+#pragma unroll
+    for (int off = 16; off >= V; off >>= 1) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) a[i] = add(a[i], __shfl_down_sync(kFull, a[i], off / V));
+    }
+#pragma unroll
+    for (int off = V / 2; off >= 1; off >>= 1) {
+#pragma unroll
+      for (int i = 0; i < off; ++i) a[i] = add(a[i], a[i + off]);
+    }
+    // Virtual warp g * V + i's total is a[0] of thread kTpv * i.
+    float w[8];
+    if constexpr (G == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = __shfl_sync(kFull, a[0], kTpv * i);
+    } else {
+      float *buf = red + team * 16 + red_parity * 8;
+      red_parity ^= 1;
+      if (u % kTpv == 0) buf[g * V + u / kTpv] = a[0];
+      named_barrier(1 + team, G * 32);
+      const float4 lo = reinterpret_cast<const float4 *>(buf)[0], hi = reinterpret_cast<const float4 *>(buf)[1];
+      w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = add(w[i], w[i + 4]);
+    w[0] = add(w[0], w[2]);
+    w[1] = add(w[1], w[3]);
+    return add(w[0], w[1]);
+  };
+
+  uint32_t i0 = 0;  // the team's row index of the tile's first row
+  for (int64_t st = cluster_id; st < p.super_tiles; st += clusters, i0 += rpt) {
+    const int64_t r0 = ((st << p.lg_C) + rank) * R;
+    const int nr = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(R), rows - r0)));
+#pragma unroll 1
+    for (int k = 0; k < rpt; ++k) {
+      const int rl = team + k * kTeams;
+      if (rl >= nr) break;
+      const uint32_t seq = i0 + k, slot = seq & (D - 1), parity = (seq >> p.lg_D) & 1u;
+      mbar_wait(full + slot, parity);
+      uint32_t xr[K][W];
+      const uint8_t *src = slots + slot * p.slot_bytes + col0 * kEs;
+#pragma unroll
+      for (int kk = 0; kk < K; ++kk)
+        if (kExact || kk < nk) load_words<W>(src + kk * kNormLanes * kEs, xr[kk]);
+      mbar_arrive(empty + slot);
+      if (g == 0 && u == 0) {  // the slot's next row, once every thread of the team holds this one
+        mbar_wait(empty + slot, parity);
+        load_row(seq + D);
+      }
+
+      auto row_total = [&](auto term) -> float {
+        float a[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) a[i] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < K; ++kk) {
+          if (kExact || kk < nk) {
+            float f[V];
+            unpack_words<T, W, true>(xr[kk], f);
+#pragma unroll
+            for (int i = 0; i < V; ++i) a[i] = add(a[i], term(f[i]));
+          }
+        }
+        return team_total(a);
+      };
+      float mu = 0.0f, second;
+      if (layer) {
+        mu = __fdiv_rn(row_total([](float v) { return v; }), count);
+        second = row_total([mu](float v) {
+          const float d = sub(v, mu);
+          return mul(d, d);
+        });
+      } else {
+        second = row_total([](float v) { return mul(v, v); });
+      }
+      const float rs = rsigma_of(second, count, p.eps);
+      const int64_t r = r0 + rl;
+      if (g == 0 && u == 0) {
+        if (p.mu != nullptr) p.mu[r] = mu;
+        if (p.rsigma != nullptr) p.rsigma[r] = rs;
+      }
+      const int64_t at = r * n + col0;
+      uint8_t *tile_at = tile + rl * p.tile_stride + ((((col0 >> 2) ^ tile_swizzle(rl, p.lg_R)) << 2) | (col0 & 3));
+#pragma unroll
+      for (int kk = 0; kk < K; ++kk) {
+        if (kExact || kk < nk) {
+          const int c = col0 + kk * kNormLanes;
+          float v[V], gm[V];
+          unpack_words<T, W, true>(xr[kk], v);
+          ldg_floats<T, V>(p.gamma, c, gm);
+          if (layer) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[i] = sub(v[i], mu);
+          }
+          if (zc) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) gm[i] = add(1.0f, gm[i]);
+          }
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[i] = mul(mul(v[i], rs), gm[i]);
+          if (has_beta) {
+            float b[V];
+            ldg_floats<T, V>(p.beta, c, b);
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[i] = add(v[i], b[i]);
+          }
+          {
+            float mm[V];
+#pragma unroll
+            for (int i = 0; i < V; ++i) mm[i] = fabsf(v[i]);
+#pragma unroll
+            for (int off = V / 2; off >= 1; off >>= 1) {
+#pragma unroll
+              for (int i = 0; i < off; ++i) mm[i] = max_nan(mm[i], mm[i + off]);
+            }
+            m = max_nan(m, mm[0]);
+          }
+          if (want_y) store_floats<V>(p.y, p.y_dtype, at + kk * kNormLanes, v);
+          if constexpr (Fmt != kFmtNone) {
+            uint32_t code[kCodeWords];
+            if constexpr (Fmt == kFmtRuntime) {
+              if (p.out_fmt == kFmtE4M3 || (p.out == nullptr && p.out_t_fmt == kFmtE4M3)) encode_v<kFmtE4M3, V>(v, s, code);
+              else encode_v<kFmtE5M2, V>(v, s, code);
+            } else {
+              encode_v<Fmt, V>(v, s, code);
+            }
+            if (want_out) store_codes<V>(p.out + at + kk * kNormLanes, code);
+            if (want_tile) store_codes<V>(tile_at + kk * kNormLanes, code);
+          }
+        }
+      }
+    }
+    if (want_tile && p.lg_C == 0) {  // one CTA: its own tile, R bytes per column
+      named_barrier(kTileBarrier, kRowThreads);
+      if (R >= 16) write_out_t_blocks<16>(tile, p, r0, nr, threadIdx.x);
+      else if (R == 8) write_out_t_blocks<8>(tile, p, r0, nr, threadIdx.x);
+      else write_out_t_blocks<4>(tile, p, r0, nr, threadIdx.x);
+      named_barrier(kTileBarrier, kRowThreads);
+    } else if (want_tile) {  // a cluster: C * R bytes per column
+      cooperative_groups::this_cluster().sync();  // every code tile of the super tile is complete
+      const int64_t s0 = (st << p.lg_C) * R;
+      const int nrs = static_cast<int>(min(static_cast<int64_t>(R) << p.lg_C, rows - s0));
+      if (R >= 16) write_out_t_cluster<16>(tile, p, s0, nrs, rank);
+      else if (R == 8) write_out_t_cluster<8>(tile, p, s0, nrs, rank);
+      else write_out_t_cluster<4>(tile, p, s0, nrs, rank);
+      cooperative_groups::this_cluster().sync();  // and read: the tiles may be overwritten
+    }
+  }
+
+  if (p.amax != nullptr) {
+    const uint32_t mb = warp_max_u32(__float_as_uint(m));
+    if (u == 0) atomic_amax(p.amax, canonical_amax_bits(mb));
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const float scale_inv = reciprocal_rn(s);
+    if (p.out_scale_inv != nullptr) *p.out_scale_inv = scale_inv;
+    if (p.out_t_scale_inv != nullptr) *p.out_t_scale_inv = scale_inv;
+  }
+}
 
 constexpr int kGenericRows = 16;  // rows per CTA of the generic forward (one out_t store each)
 
@@ -759,33 +1125,38 @@ int warps_per_row(int64_t chunks, int cap) {
   return 0;
 }
 
-template <DType T, int Fmt, int kCapVecs>
-void launch_fwd_vec(FwdParams p, cudaStream_t stream) {
-  const int teams = kWarps / p.G;
-  const size_t smem = static_cast<size_t>(p.tile_bytes) + (p.G > 1 ? (teams * kNormLanes + kWarps) * sizeof(float) : 0);
-  allow_smem(norm_fwd_vec_kernel<T, Fmt, kCapVecs>, smem);
-  const unsigned grid = static_cast<unsigned>(ceil_div(p.rows, p.R));
-  norm_fwd_vec_kernel<T, Fmt, kCapVecs><<<grid, kThreads, smem, stream>>>(p);
+int sm_count() {
+  int device = 0, count = 0;
+  TE_CUDA_CHECK(cudaGetDevice(&device));
+  TE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
 }
 
-template <DType T, int Fmt>
-void dispatch_fwd_cap(const FwdParams &p, bool small, cudaStream_t stream) {
-  if (small) launch_fwd_vec<T, Fmt, kFwdSmallCapVecs>(p, stream);
-  else launch_fwd_vec<T, Fmt, kFwdBigCapVecs<T>>(p, stream);
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// The streaming forward's shared memory: the teams' ring slots, the code tile, the teams' exchange
+// and the 2 mbarriers of every slot.
+size_t fwd_rows_smem(const FwdParams &p, int V) {
+  const int teams = kRowWarps / (8 / V);
+  return static_cast<size_t>(teams) * p.D * (p.slot_bytes + 2 * sizeof(uint64_t)) + static_cast<size_t>(p.tile_stride) * p.R +
+         teams * 16 * sizeof(float);
 }
 
-template <DType T>
-void dispatch_fwd_fmt(const FwdParams &p, int fmt, bool small, cudaStream_t stream) {
-  switch (fmt) {
-    case kFmtE4M3: dispatch_fwd_cap<T, kFmtE4M3>(p, small, stream); return;
-    case kFmtE5M2: dispatch_fwd_cap<T, kFmtE5M2>(p, small, stream); return;
-    default: dispatch_fwd_cap<T, kFmtNone>(p, small, stream); return;
-  }
+// The ring's size: rows of x in flight per SM, enough to cover the memory latency at the SM's share
+// of the bandwidth several times over. Rows wider than a team's share take teams of more warps.
+constexpr int64_t kFwdRingBytes = 64 * 1024;
+// The code tile's size: R = 128, 64, ... rows while R * n bytes exceed it (R >= 4).
+constexpr int64_t kFwdTileBytes = 128 * 1024;
+
+int lg2(int64_t v) {
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
 }
 
-// Fills the vectorised kernel's layout into p and returns the kernel's kCapVecs (the small or the
-// big capacity), or 0 when it cannot take these arguments.
-int plan_fwd_vec(const NormForwardArgs &a, FwdParams &p) {
+// Fills the streaming kernel's layout into p and returns its V (lanes per thread: 8, 4 or 2), or 0
+// when it cannot take these arguments (then the generic kernel does).
+int plan_fwd_rows(const NormForwardArgs &a, FwdParams &p) {
   const DType t = a.x.dtype;
   if (p.rows < 1 || p.n < 1 || p.n % 8 != 0) return 0;
   if (a.gamma.dtype != t || (a.beta.data != nullptr && a.beta.dtype != t)) return 0;
@@ -793,29 +1164,124 @@ int plan_fwd_vec(const NormForwardArgs &a, FwdParams &p) {
   if (!aligned_to(p.x, 16) || !aligned_to(p.gamma, 16) || !aligned_to(p.beta, 16) || !aligned_to(p.y, 16) ||
       !aligned_to(p.out, 8))
     return 0;
-  const int per_chunk = t == DType::F32 ? 2 : 1;  // 16-byte vectors per thread per chunk
-  p.chunks = ceil_div(p.n, kNormLanes);
-  const bool small = p.chunks <= kFwdSmallCapVecs / per_chunk;
-  const int big_cap = t == DType::F32 ? kFwdBigCapVecs<DType::F32> : kFwdBigCapVecs<DType::BF16>;
-  p.G = small ? 1 : warps_per_row(p.chunks, big_cap / per_chunk);
-  if (p.G == 0) return 0;
-  p.kw = static_cast<int>(ceil_div(p.chunks, p.G));
-  p.R = 16;
-  p.tile_bytes = 0;
-  p.out_t_vec = false;
-  if (p.out_t != nullptr) {
-    // R rows of codes: 16 (out_t stores of 16 bytes) when two CTAs still fit an SM, else the
-    // most that fit one.
-    const int64_t chain = p.G > 1 ? (kWarps / p.G * kNormLanes + kWarps) * 4 : 0;
-    const int64_t budget = smem_optin_budget();
-    if (16 * p.n + chain <= std::min<int64_t>(100 * 1024, budget)) p.R = 16;
-    else if (8 * p.n + chain <= budget) p.R = 8;
-    else if (4 * p.n + chain <= budget) p.R = 4;
-    else return 0;
-    p.tile_bytes = static_cast<int>(p.R * p.n);
-    p.out_t_vec = aligned_to(p.out_t, 16) && p.rows % p.R == 0;
+  const int es = t == DType::F32 ? 4 : 2;
+  const int64_t chunks = ceil_div(p.n, kNormLanes);
+  const int64_t row_bytes = p.n * es, slot_bytes = round_up(row_bytes, 128);
+  // V: the most lanes per thread (the fewest warps per row) such that a thread holds the row in 64
+  // registers and the teams' slots (one row each) stay within kFwdRingBytes, if some V allows.
+  int V = 0;
+  for (int v = 8; v >= 2; v /= 2) {
+    if (chunks > 64 / (v * es / 4)) continue;
+    V = v;
+    if ((kRowWarps / (8 / v)) * slot_bytes <= kFwdRingBytes) break;
   }
-  return small ? kFwdSmallCapVecs : big_cap;
+  if (V == 0) return 0;
+  const int64_t teams = kRowWarps / (8 / V), slot_cost = slot_bytes + 2 * sizeof(uint64_t);
+  const int64_t budget = smem_optin_budget() - teams * 16 * 4;
+  int64_t stride = 0, R = 32;
+  if (p.out_t != nullptr) {
+    stride = round_up(p.n, 128);
+    R = 128;
+    while (R >= 4 && R * stride > std::min(kFwdTileBytes, budget - teams * slot_cost)) R /= 2;
+    if (R < 4) return 0;
+  }
+  if (teams * slot_cost + R * stride > budget) return 0;
+  int64_t D = 1;  // slots per team: more while they fit and the ring is under kFwdRingBytes
+  while (D < 4 && teams * 2 * D * slot_cost + R * stride <= budget && teams * 2 * D * slot_bytes <= kFwdRingBytes) D *= 2;
+  p.R = static_cast<int>(R);
+  p.D = static_cast<int>(D);
+  p.lg_R = lg2(R);
+  p.lg_D = lg2(D);
+  p.lg_rpt = R > teams ? lg2(R / teams) : 0;
+  p.row_bytes = static_cast<int>(row_bytes);
+  p.slot_bytes = static_cast<int>(slot_bytes);
+  p.tile_stride = static_cast<int>(stride);
+  p.tiles = ceil_div(p.rows, R);
+  p.out_t_vec = p.out_t != nullptr && aligned_to(p.out_t, 16) && p.rows % std::min<int64_t>(R, 16) == 0;
+  return V;
+}
+
+// Code tiles of fewer than 32 rows write out_t from clusters of C CTAs: C * R bytes per column of a
+// super tile (64 or 128). C is halved while the device cannot co-schedule such clusters.
+template <DType T, int V, int K, bool kExact, int Fmt>
+void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
+  auto kernel = norm_fwd_rows_kernel<T, V, K, kExact, Fmt>;
+  const size_t smem = fwd_rows_smem(p, V);
+  allow_smem(kernel, smem);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(kRowThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  // Measured on an H100 (16384 rows): tiles of 32 rows (hidden 4096) are faster alone (32-byte
+  // segments, 70-74% of a copy) than in clusters of 4 (128 bytes, 50-54%); tiles of 16 and 8 rows
+  // (hidden 8192, 14336) are faster in clusters of 8 (33% -> 42-48%, 21% -> 33-37%).
+  int C = p.tile_stride > 0 && p.R < 32 ? static_cast<int>(std::min<int64_t>(8, 128 / p.R)) : 1;
+  int64_t clusters = 0;
+  for (;; C /= 2) {
+    p.lg_C = lg2(C);
+    p.super_tiles = ceil_div(p.tiles, C);
+    attr[0].val.clusterDim.x = static_cast<unsigned>(C);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(static_cast<unsigned>(C), 1, 1);
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      active = 0;
+    }
+    clusters = std::min<int64_t>(p.super_tiles, active);
+    if (clusters > 0 || C == 1) break;
+  }
+  if (clusters < 1) clusters = std::min<int64_t>(p.super_tiles, sm_count());
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * C), 1, 1);
+  TE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <DType T, int V, int K, bool kExact>
+void launch_fwd_rows_fmt(const FwdParams &p, int fmt, cudaStream_t stream) {
+  if constexpr (kExact) {
+    if (fmt == kFmtE4M3) launch_fwd_rows<T, V, K, true, kFmtE4M3>(p, stream);
+    else launch_fwd_rows<T, V, K, true, kFmtE5M2>(p, stream);
+  } else {
+    if (fmt == kFmtNone) launch_fwd_rows<T, V, K, false, kFmtNone>(p, stream);
+    else launch_fwd_rows<T, V, K, false, kFmtRuntime>(p, stream);
+  }
+}
+
+// 16-bit rows whose threads all hold exactly K chunks (hidden 2048, 4096, 8192 and 14336) take
+// kernels without the bounds checks of partial rows, one per format; any other row takes the
+// checked kernel of its V (its FP8 format read at run time).
+template <DType T, int V>
+void dispatch_fwd_fmt(const FwdParams &p, int fmt, cudaStream_t stream) {
+  constexpr int kEs = T == DType::F32 ? 4 : 2;
+  constexpr int kMaxK = 64 / (V * kEs / 4);
+  const int64_t chunks = p.n % kNormLanes == 0 ? p.n / kNormLanes : 0;
+  if constexpr (kEs == 2) {
+    if (fmt != kFmtNone) {
+      if constexpr (V == 8) {
+        if (chunks == 8) return launch_fwd_rows_fmt<T, 8, 8, true>(p, fmt, stream);
+      } else if constexpr (V == 4) {
+        if (chunks == 16) return launch_fwd_rows_fmt<T, 4, 16, true>(p, fmt, stream);
+      } else {
+        if (chunks == 32) return launch_fwd_rows_fmt<T, 2, 32, true>(p, fmt, stream);
+        if (chunks == 56) return launch_fwd_rows_fmt<T, 2, 56, true>(p, fmt, stream);
+      }
+    }
+  }
+  launch_fwd_rows_fmt<T, V, kMaxK, false>(p, fmt, stream);
+}
+
+template <DType T>
+void dispatch_fwd_v(const FwdParams &p, int V, int fmt, cudaStream_t stream) {
+  switch (V) {
+    case 8: dispatch_fwd_fmt<T, 8>(p, fmt, stream); return;
+    case 4: dispatch_fwd_fmt<T, 4>(p, fmt, stream); return;
+    default: dispatch_fwd_fmt<T, 2>(p, fmt, stream); return;
+  }
 }
 
 }  // namespace
@@ -845,13 +1311,12 @@ void norm_forward(const NormForwardArgs &a, cudaStream_t stream) {
   p.layer = a.kind == NormKind::LayerNorm;
   p.zero_centered = a.zero_centered_gamma;
   const DType t = a.x.dtype;
-  if (const int cap_vecs = plan_fwd_vec(a, p)) {
+  if (const int V = plan_fwd_rows(a, p)) {
     const int fmt = p.out != nullptr ? p.out_fmt : p.out_t_fmt;
-    const bool small = cap_vecs == kFwdSmallCapVecs;
     switch (t) {
-      case DType::F32: dispatch_fwd_fmt<DType::F32>(p, fmt, small, stream); break;
-      case DType::F16: dispatch_fwd_fmt<DType::F16>(p, fmt, small, stream); break;
-      default: dispatch_fwd_fmt<DType::BF16>(p, fmt, small, stream); break;
+      case DType::F32: dispatch_fwd_v<DType::F32>(p, V, fmt, stream); break;
+      case DType::F16: dispatch_fwd_v<DType::F16>(p, V, fmt, stream); break;
+      default: dispatch_fwd_v<DType::BF16>(p, V, fmt, stream); break;
     }
   } else {
     p.R = kGenericRows;
