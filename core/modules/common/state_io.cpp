@@ -86,7 +86,10 @@ void states_save(Context &ctx, const StateFormat &f, const ScalingState *const *
   const size_t need = states_size(f, states, n);
   if (capacity < need)
     fail(Status::InvalidArgument, "argument 'capacity': expected at least %zu bytes, got %zu", need, capacity);
-  Writer w{static_cast<unsigned char *>(buf)};
+  // Serialised into a staging copy first: reading the states allocates, and running out of
+  // memory must leave the caller's buffer as it was.
+  std::vector<unsigned char> staging(need);
+  Writer w{staging.data()};
   std::memcpy(w.p, f.magic, 4);
   w.p += 4;
   w.put(kVersion);
@@ -105,6 +108,7 @@ void states_save(Context &ctx, const StateFormat &f, const ScalingState *const *
     w.put(scale_inv);
     w.put_floats(history.data(), history.size());
   }
+  std::memcpy(buf, staging.data(), need);
 }
 
 void states_load(Context &ctx, const StateFormat &f, ScalingState *const *states, int n, StateName name,
