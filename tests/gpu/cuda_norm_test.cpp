@@ -387,7 +387,9 @@ TEST_F(CudaNorm, BackwardCloseToCpuAndDeterministic) {
 
 // The fused norm + cast (bf16 x -> E4M3 out + out_t, amax) against a device copy of x: both move
 // 4 bytes per element (the copy reads and writes 2; the norm reads 2 and writes 1 + 1).
-TEST_F(CudaNorm, FusedNormCastBandwidth) {
+// A measurement, not a test (timings do not pass or fail here): disabled by default; run it with
+// --gtest_also_run_disabled_tests. The numbers that count come from te_bench_gpu (bench/RESULTS.md).
+TEST_F(CudaNorm, DISABLED_FusedNormCastBandwidth) {
   if (quick()) GTEST_SKIP() << "quick mode";
   for (int64_t cols : {int64_t(4096), int64_t(8192), int64_t(14336)}) {
     const int64_t rows = 16384;
@@ -443,7 +445,6 @@ TEST_F(CudaNorm, FusedNormCastBandwidth) {
                   "x: %.3f ms, %.0f GB/s; ratio %.1f%%\n",
                   kind == NormKind::LayerNorm ? "layernorm" : "rmsnorm", static_cast<long long>(rows),
                   static_cast<long long>(cols), ms, gbs, cp, cp_gbs, 100.0 * gbs / cp_gbs);
-      EXPECT_GT(gbs, 0.5 * cp_gbs);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
