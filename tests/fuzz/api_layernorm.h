@@ -394,7 +394,8 @@ inline void Program::ln_forward() {
   y.snapshot();
   if (pln) ln_out.snapshot();
   const bool check_state = ms >= 0 && ln_[ms].live && ctx_live(mctx);
-  const std::vector<uint8_t> st_before = check_state ? ln_state(ctx_of(mctx), mh, ln_[ms].cfg.kind) : std::vector<uint8_t>();
+  const int state_kind = check_state ? ln_[ms].cfg.kind : 0;  // the slot's (cfg may be a stand-in's)
+  const std::vector<uint8_t> st_before = check_state ? ln_state(ctx_of(mctx), mh, state_kind) : std::vector<uint8_t>();
   void *h = sentinel<void>();
   auto run = [&](te_tensor *yt, bool nres, bool nout, void **outp) {
     if (kind == 0)
@@ -417,7 +418,7 @@ inline void Program::ln_forward() {
     y.check_untouched(fn, "y");
     if (pln) ln_out.check_untouched(fn, "args->ln_out");
     if (check_state)
-      FUZZ_ASSERT(ln_state(ctx_of(mctx), mh, cfg.kind) == st_before, "%s failed but changed the module's state", fn);
+      FUZZ_ASSERT(ln_state(ctx_of(mctx), mh, state_kind) == st_before, "%s failed but changed the module's state", fn);
     return;
   }
   if (!fused) {
