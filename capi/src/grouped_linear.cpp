@@ -16,18 +16,20 @@ struct Grouped {
   static constexpr HandleKind kModule = HandleKind::GroupedLinear;
   static constexpr HandleKind kSaved = HandleKind::GroupedLinearResiduals;
   static constexpr HandleKind kBackward = HandleKind::GroupedLinearBackwardCtx;
+  static constexpr const char *kArg = "g";
   static constexpr const char *kModuleType = "te_grouped_linear";
   static constexpr const char *kResidualsType = "te_grouped_linear_residuals";
   static constexpr const char *kComputeFn = "te_grouped_linear_forward_compute";
   static GroupedLinearPools &pools(Context &c) { return grouped_linear_pools(c); }
+  static size_t state_size(Context &, const GroupedLinear &g) { return grouped_linear_state_size(g); }
+  static void state_save(Context &c, const GroupedLinear &g, void *buf, size_t cap) {
+    grouped_linear_state_save(c, g, buf, cap);
+  }
+  static void state_load(Context &c, GroupedLinear &g, const void *buf, size_t size) {
+    grouped_linear_state_load(c, g, buf, size);
+  }
 };
 
-// The layer argument is 'g' in te.h.
-GroupedLinear *to_grouped(const te_grouped_linear *h) { return to_module<Grouped>(h, "g"); }
-
-void check_same_context(const Context *c, const GroupedLinear *g) {
-  if (&g->core()->ctx != c) fail(Status::InvalidArgument, "argument 'g': created with another te_context than 'ctx'");
-}
 
 // The caller's array of n tensor pointers as views in `out` (the layer's call storage). Each
 // element must be a tensor; a NULL array is for the caller to allow or refuse.
@@ -56,8 +58,7 @@ GroupedLinearForwardArgs to_core(const te_grouped_linear_forward_args *a, Groupe
 GroupedLinearSaved *forward_compute(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *args,
                                     te_tensor *y) {
   Context *c = to_context(ctx);
-  GroupedLinear *m = to_grouped(g);
-  check_same_context(c, m);
+  GroupedLinear *m = module_of<Grouped>(c, g);
   GroupedLinearForwardArgs a = to_core(args, *m->core());
   TensorView yv = to_view(y, "y");
   return grouped_linear_forward_compute(*c, *m, a, yv);
@@ -132,8 +133,7 @@ TE_API te_status te_grouped_linear_forward_save(te_context *ctx, te_grouped_line
                                                 te_grouped_linear_backward_ctx **out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    GroupedLinear *m = to_grouped(g);
-    check_same_context(c, m);
+    GroupedLinear *m = module_of<Grouped>(c, g);
     check_not_null(out, "out");
     check_options(residuals, "residuals");
     // Checked here too, so that the message names te.h's 'g'.
@@ -191,8 +191,7 @@ TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_g
                                                      size_t history_cap) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    GroupedLinear *m = to_grouped(g);
-    check_same_context(c, m);
+    GroupedLinear *m = module_of<Grouped>(c, g);
     const int n = m->options().num_gemms;
     if (expert < 0 || expert >= n)
       fail(Status::InvalidArgument, "argument 'expert': expected 0..%d (num_gemms - 1), got %d", n - 1, expert);
@@ -203,25 +202,11 @@ TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_g
 
 TE_API te_status te_grouped_linear_state_save(te_context *ctx, const te_grouped_linear *g, void *buf, size_t capacity,
                                               size_t *size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    GroupedLinear *m = to_grouped(g);
-    check_same_context(c, m);
-    check_not_null(size, "size");
-    const size_t need = grouped_linear_state_size(*m);
-    if (buf) grouped_linear_state_save(*c, *m, buf, capacity);
-    *size = need;
-  });
+  return guarded(__func__, [&] { save_state<Grouped>(ctx, g, buf, capacity, size); });
 }
 
 TE_API te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear *g, const void *buf, size_t size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    GroupedLinear *m = to_grouped(g);
-    check_same_context(c, m);
-    check_not_null(buf, "buf");
-    grouped_linear_state_load(*c, *m, buf, size);
-  });
+  return guarded(__func__, [&] { load_state<Grouped>(ctx, g, buf, size); });
 }
 
 }  // extern "C"

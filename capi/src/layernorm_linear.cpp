@@ -12,9 +12,13 @@ struct M {
   using BackwardCtx = LayerNormLinearBackwardCtx;
   static constexpr HandleKind kModule = HandleKind::LayerNormLinear, kSaved = HandleKind::LayerNormLinearResiduals,
                              kBackward = HandleKind::LayerNormLinearBackwardCtx;
+  static constexpr const char *kArg = "m";
   static constexpr const char *kModuleType = "te_layernorm_linear", *kResidualsType = "te_layernorm_linear_residuals",
                               *kComputeFn = "te_layernorm_linear_forward_compute";
   static auto &pools(Context &c) { return layernorm_linear_pools(c); }
+  static size_t state_size(Context &c, const LayerNormLinear &m) { return layernorm_linear_state_size(c, m); }
+  static void state_save(Context &c, const LayerNormLinear &m, void *buf, size_t cap) { layernorm_linear_state_save(c, m, buf, cap); }
+  static void state_load(Context &c, LayerNormLinear &m, const void *buf, size_t size) { layernorm_linear_state_load(c, m, buf, size); }
 };
 
 LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
@@ -34,8 +38,7 @@ LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
 LayerNormLinearSaved *forward_compute(te_context *ctx, te_layernorm_linear *m,
                                       const te_layernorm_linear_forward_args *args, te_tensor *y) {
   Context *c = to_context(ctx);
-  LayerNormLinear *l = to_module<M>(m);
-  check_same_context<M>(c, l);
+  LayerNormLinear *l = module_of<M>(c, m);
   LayerNormLinearForwardArgs a = to_core(args);
   TensorView yv = to_view(y, "y");
   return layernorm_linear_forward_compute(*c, *l, a, yv);
@@ -115,8 +118,7 @@ TE_API te_status te_layernorm_linear_forward_save(te_context *ctx, te_layernorm_
                                                   te_layernorm_linear_backward_ctx **out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module<M>(m);
-    check_same_context<M>(c, l);
+    LayerNormLinear *l = module_of<M>(c, m);
     check_not_null(out, "out");
     check_options(residuals, "residuals");
     LayerNormLinearBackwardCtx *b = save_residuals<M>(*c, *l, &residuals->internal, "residuals");
@@ -171,34 +173,19 @@ TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te
                                                        float *history, size_t history_cap) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module<M>(m);
-    check_same_context<M>(c, l);
+    LayerNormLinear *l = module_of<M>(c, m);
     read_scaling_state(*c, l->core()->proj.state(to_role(role)), info, history, history_cap);
   });
 }
 
 TE_API te_status te_layernorm_linear_state_save(te_context *ctx, const te_layernorm_linear *m, void *buf,
                                                 size_t capacity, size_t *size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module<M>(m);
-    check_same_context<M>(c, l);
-    check_not_null(size, "size");
-    const size_t need = layernorm_linear_state_size(*c, *l);
-    if (buf) layernorm_linear_state_save(*c, *l, buf, capacity);
-    *size = need;
-  });
+  return guarded(__func__, [&] { save_state<M>(ctx, m, buf, capacity, size); });
 }
 
 TE_API te_status te_layernorm_linear_state_load(te_context *ctx, te_layernorm_linear *m, const void *buf,
                                                 size_t size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    LayerNormLinear *l = to_module<M>(m);
-    check_same_context<M>(c, l);
-    check_not_null(buf, "buf");
-    layernorm_linear_state_load(*c, *l, buf, size);
-  });
+  return guarded(__func__, [&] { load_state<M>(ctx, m, buf, size); });
 }
 
 }  // extern "C"

@@ -12,9 +12,13 @@ struct M {
   using BackwardCtx = LayerNormMlpBackwardCtx;
   static constexpr HandleKind kModule = HandleKind::LayerNormMlp, kSaved = HandleKind::LayerNormMlpResiduals,
                              kBackward = HandleKind::LayerNormMlpBackwardCtx;
+  static constexpr const char *kArg = "m";
   static constexpr const char *kModuleType = "te_layernorm_mlp", *kResidualsType = "te_layernorm_mlp_residuals",
                               *kComputeFn = "te_layernorm_mlp_forward_compute";
   static auto &pools(Context &c) { return layernorm_mlp_pools(c); }
+  static size_t state_size(Context &c, const LayerNormMlp &m) { return layernorm_mlp_state_size(c, m); }
+  static void state_save(Context &c, const LayerNormMlp &m, void *buf, size_t cap) { layernorm_mlp_state_save(c, m, buf, cap); }
+  static void state_load(Context &c, LayerNormMlp &m, const void *buf, size_t size) { layernorm_mlp_state_load(c, m, buf, size); }
 };
 
 LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
@@ -36,8 +40,7 @@ LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
 LayerNormMlpSaved *forward_compute(te_context *ctx, te_layernorm_mlp *m,
                                       const te_layernorm_mlp_forward_args *args, te_tensor *y) {
   Context *c = to_context(ctx);
-  LayerNormMlp *l = to_module<M>(m);
-  check_same_context<M>(c, l);
+  LayerNormMlp *l = module_of<M>(c, m);
   LayerNormMlpForwardArgs a = to_core(args);
   TensorView yv = to_view(y, "y");
   return layernorm_mlp_forward_compute(*c, *l, a, yv);
@@ -127,8 +130,7 @@ TE_API te_status te_layernorm_mlp_forward_save(te_context *ctx, te_layernorm_mlp
                                                   te_layernorm_mlp_backward_ctx **out) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module<M>(m);
-    check_same_context<M>(c, l);
+    LayerNormMlp *l = module_of<M>(c, m);
     check_not_null(out, "out");
     check_options(residuals, "residuals");
     LayerNormMlpBackwardCtx *b = save_residuals<M>(*c, *l, &residuals->internal, "residuals");
@@ -185,8 +187,7 @@ TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_la
                                                     float *history, size_t history_cap) {
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module<M>(m);
-    check_same_context<M>(c, l);
+    LayerNormMlp *l = module_of<M>(c, m);
     const int which = enum_int(gemm);
     if (which != TE_MLP_FC1 && which != TE_MLP_FC2)
       fail(Status::InvalidArgument, "argument 'gemm': expected TE_MLP_FC1 or TE_MLP_FC2, got %d", which);
@@ -197,26 +198,12 @@ TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_la
 
 TE_API te_status te_layernorm_mlp_state_save(te_context *ctx, const te_layernorm_mlp *m, void *buf,
                                                 size_t capacity, size_t *size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module<M>(m);
-    check_same_context<M>(c, l);
-    check_not_null(size, "size");
-    const size_t need = layernorm_mlp_state_size(*c, *l);
-    if (buf) layernorm_mlp_state_save(*c, *l, buf, capacity);
-    *size = need;
-  });
+  return guarded(__func__, [&] { save_state<M>(ctx, m, buf, capacity, size); });
 }
 
 TE_API te_status te_layernorm_mlp_state_load(te_context *ctx, te_layernorm_mlp *m, const void *buf,
                                                 size_t size) {
-  return guarded(__func__, [&] {
-    Context *c = to_context(ctx);
-    LayerNormMlp *l = to_module<M>(m);
-    check_same_context<M>(c, l);
-    check_not_null(buf, "buf");
-    layernorm_mlp_state_load(*c, *l, buf, size);
-  });
+  return guarded(__func__, [&] { load_state<M>(ctx, m, buf, size); });
 }
 
 }  // extern "C"

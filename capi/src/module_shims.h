@@ -4,8 +4,10 @@
 // struct M:
 //   using Module, Saved, BackwardCtx;            core types (Saved::layer is the module's core)
 //   static constexpr HandleKind kModule, kSaved, kBackward;
-//   static constexpr const char *kModuleType, *kResidualsType, *kComputeFn;  for messages
+//   static constexpr const char *kArg, *kModuleType, *kResidualsType, *kComputeFn;  for messages
+//                                                (kArg: the module argument's name in te.h)
 //   static auto &pools(Context &);               the context's ObjectPools (.saved, .backward)
+//   static size_t state_size(Context &, const Module &); state_save(...); state_load(...)
 #pragma once
 
 #include "module_common.h"
@@ -13,13 +15,22 @@
 namespace te::capi {
 
 template <class M>
-typename M::Module *to_module(const void *h, const char *name = "m") {
-  return from_handle<typename M::Module>(h, M::kModule, name);
+typename M::Module *to_module(const void *h) {
+  return from_handle<typename M::Module>(h, M::kModule, M::kArg);
 }
 
 template <class M>
 void check_same_context(const Context *c, const typename M::Module *m) {
-  if (&m->core()->ctx != c) fail(Status::InvalidArgument, "argument 'm': created with another te_context than 'ctx'");
+  if (&m->core()->ctx != c)
+    fail(Status::InvalidArgument, "argument '%s': created with another te_context than 'ctx'", M::kArg);
+}
+
+// The module of `h`, made with `ctx`'s context.
+template <class M>
+typename M::Module *module_of(Context *c, const void *h) {
+  typename M::Module *m = to_module<M>(h);
+  check_same_context<M>(c, m);
+  return m;
 }
 
 template <class M>
@@ -44,7 +55,7 @@ template <class M>
 typename M::BackwardCtx *save_residuals(Context &c, const typename M::Module &m, void **internal, const char *name) {
   auto *s = static_cast<typename M::Saved *>(residuals_of(*internal, M::kSaved, name, M::kResidualsType, M::kComputeFn));
   if (s->layer != m.core())
-    fail(Status::InvalidArgument, "argument '%s': made by another %s than 'm'", name, M::kModuleType);
+    fail(Status::InvalidArgument, "argument '%s': made by another %s than '%s'", name, M::kModuleType, M::kArg);
   typename M::BackwardCtx *b = M::pools(c).backward.acquire(c);  // may throw: nothing moved yet
   s->retire();  // the struct (and every copy of it) no longer names the residuals
   b->saved = s;
@@ -70,6 +81,25 @@ typename M::BackwardCtx *forward_into_backward(Context &c, F &&compute) {
 template <class M>
 void destroy_backward(const void *h) {
   if (auto *b = live_or_null<typename M::BackwardCtx>(h, M::kBackward)) M::pools(*b->ctx).backward.release(b);
+}
+
+// te_*_state_save: with buf NULL only *size is set.
+template <class M>
+void save_state(te_context *ctx, const void *h, void *buf, size_t capacity, size_t *size) {
+  Context *c = to_context(ctx);
+  const typename M::Module *m = module_of<M>(c, h);
+  check_not_null(size, "size");
+  const size_t need = M::state_size(*c, *m);
+  if (buf) M::state_save(*c, *m, buf, capacity);
+  *size = need;
+}
+
+template <class M>
+void load_state(te_context *ctx, void *h, const void *buf, size_t size) {
+  Context *c = to_context(ctx);
+  typename M::Module *m = module_of<M>(c, h);
+  check_not_null(buf, "buf");
+  M::state_load(*c, *m, buf, size);
 }
 
 }  // namespace te::capi
