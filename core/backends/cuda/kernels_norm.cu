@@ -212,6 +212,15 @@ __device__ __forceinline__ void finish_forward(const FwdParams &p, uint32_t m, f
 
 // ---- the streaming forward: its pieces ---------------------------------------------------------
 
+// The streaming forward needs Hopper (sm_90): the bulk copy engine, mbarrier transactions and
+// thread-block clusters. Its kernels compile to nothing for older targets, and the host sends
+// those devices to the generic kernel (plan_fwd_rows).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define TE_NORM_SM90 1
+#else
+#define TE_NORM_SM90 0
+#pragma nv_diag_suppress 177  // the streaming forward's helpers go unused on these targets
+#endif
 constexpr int kRowWarps = 16;                // warps of the streaming forward's CTA
 constexpr int kRowThreads = kRowWarps * 32;  // ...its threads
 constexpr int kTileBarrier = 15;             // named barrier of the whole CTA (teams use 1..8)
@@ -219,6 +228,7 @@ constexpr int kFmtRuntime = 3;  // Fmt of the kernel for partial rows: p.out_fmt
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+#if TE_NORM_SM90
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
@@ -263,6 +273,7 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
+#endif  // TE_NORM_SM90
 
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -477,6 +488,7 @@ __device__ __forceinline__ void write_out_t_blocks(const uint8_t *tile, const Fw
 // shared memory.
 template <int RI>
 __device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdParams &p, int64_t s0, int nrs, int rank) {
+#if TE_NORM_SM90
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   constexpr int kLgRI = RI == 16 ? 4 : RI == 8 ? 3 : 2;
@@ -507,6 +519,7 @@ __device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdPara
       p.out_t[static_cast<int64_t>(c) * p.rows + s0 + rr] = src[lr * stride + (word << 2) + (c & 3)];
     }
   }
+#endif  // TE_NORM_SM90
 }
 
 // ---- the streaming forward ---------------------------------------------------------------------
@@ -532,6 +545,7 @@ __device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdPara
 // next rows are already loading.
 template <DType T, int V, int K, bool kExact, int Fmt>
 __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const FwdParams p) {
+#if TE_NORM_SM90
   constexpr int kEs = T == DType::F32 ? 4 : 2;  // bytes per element
   constexpr int W = V * kEs / 4;                // words of x per thread and chunk
   static_assert(K * W <= 64, "64 registers of the row per thread");
@@ -751,6 +765,7 @@ __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const Fwd
     if (p.out_scale_inv != nullptr) *p.out_scale_inv = scale_inv;
     if (p.out_t_scale_inv != nullptr) *p.out_t_scale_inv = scale_inv;
   }
+#endif  // TE_NORM_SM90
 }
 
 constexpr int kGenericRows = 16;  // rows per CTA of the generic forward (one out_t store each)
@@ -1125,6 +1140,13 @@ int warps_per_row(int64_t chunks, int cap) {
   return 0;
 }
 
+int compute_major() {
+  int device = 0, major = 0;
+  TE_CUDA_CHECK(cudaGetDevice(&device));
+  TE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
 int sm_count() {
   int device = 0, count = 0;
   TE_CUDA_CHECK(cudaGetDevice(&device));
@@ -1158,7 +1180,7 @@ int lg2(int64_t v) {
 // when it cannot take these arguments (then the generic kernel does).
 int plan_fwd_rows(const NormForwardArgs &a, FwdParams &p) {
   const DType t = a.x.dtype;
-  if (p.rows < 1 || p.n < 1 || p.n % 8 != 0) return 0;
+  if (p.rows < 1 || p.n < 1 || p.n % 8 != 0 || compute_major() < 9) return 0;
   if (a.gamma.dtype != t || (a.beta.data != nullptr && a.beta.dtype != t)) return 0;
   if (p.out != nullptr && p.out_t != nullptr && p.out_fmt != p.out_t_fmt) return 0;
   if (!aligned_to(p.x, 16) || !aligned_to(p.gamma, 16) || !aligned_to(p.beta, 16) || !aligned_to(p.y, 16) ||
