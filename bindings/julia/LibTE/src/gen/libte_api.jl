@@ -1170,8 +1170,9 @@ function te_layernorm_linear_state_load(ctx, m, buf, size)
 end
 
 # LayerNormMLP: y = fc2(act(fc1(norm(x)))), TE's LayerNormMLP (the
-# feed-forward block). Under FP8 the norm writes fc1's FP8 input and the
-# activation writes fc2's (each with its amax); fc1's output (the
+# feed-forward block). Under FP8 with delayed scaling the norm writes fc1's
+# FP8 input (with its amax); the activation's output is quantized for fc2 by
+# a separate cast (not yet fused into the activation); fc1's output (the
 # activation's input) is kept in the activation dtype for the backward.
 # fc1's weight is [ffn_hidden_size, hidden_size], or [2 * ffn_hidden_size,
 # hidden_size] for the gated SwiGLU and GEGLU (gate rows first); fc2's is
