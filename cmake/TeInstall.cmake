@@ -5,6 +5,7 @@
 #   <libdir>/cmake/te/teConfig.cmake          for `find_package(te)` -> te::te
 #                    teConfigVersion.cmake     (SameMajorVersion, like the SONAME)
 #                    teTargets*.cmake          the exported target
+#   <docdir>/LICENSE                          the Apache License 2.0 (docdir: share/doc/libte)
 # The core (te_core) is linked whole into libte.so and is not installed: consumers see only
 # the C ABI. tests/install checks all of this against a copy installed into a temp prefix.
 include(CMakePackageConfigHelpers)
@@ -24,6 +25,7 @@ install(TARGETS te EXPORT teTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(DIRECTORY capi/include/te DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT development FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 
 # ---- CMake package: find_package(te) -> te::te --------------------------------------------
 # te links its dependencies (the core, OpenBLAS, threads) privately into the shared library, so
