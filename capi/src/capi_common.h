@@ -85,6 +85,9 @@ Handle *residuals_of(void *internal, HandleKind kind, const char *name, const ch
 // A validated view of a caller's tensor: non-NULL data, 1..TE_MAX_DIMS positive dims, known
 // dtype/device/scaling, a scale_inv pointer for FP8.
 TensorView to_view(const te_tensor *t, const char *name);
+// As to_view for what only a tensor's shape, dtype and device say: data may be NULL, and FP8
+// fields are not read (te_*_residuals_size).
+TensorView to_shape_view(const te_tensor *t, const char *name);
 // As to_view, but NULL gives an empty view (an optional output).
 TensorView to_optional_view(const te_tensor *t, const char *name);
 

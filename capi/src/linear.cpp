@@ -184,6 +184,58 @@ TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd) {
   if (auto *b = live_or_null<LinearBackwardCtx>(bwd, HandleKind::BackwardCtx)) linear_pool(*b->ctx).release(b);
 }
 
+TE_API te_status te_linear_residuals_size(te_context *ctx, const te_linear *lin, const te_linear_forward_args *args,
+                                          size_t *bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    check_not_null(bytes, "bytes");
+    check_options(args, "args");
+    const TensorView x = to_shape_view(args->input, "args->input");
+    if (x.cols() != l->options().in_features)
+      fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+           (long long)l->options().in_features, (long long)x.cols());
+    *bytes = linear_residual_bytes(*c, *l, x.rows());
+  });
+}
+
+TE_API te_status te_linear_forward_compute_into(te_context *ctx, te_linear *lin, const te_linear_forward_args *args,
+                                                te_tensor *y, void *residuals, size_t residuals_bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    LinearForwardArgs a = to_core(args);
+    TensorView yv = to_view(y, "y");
+    linear_forward_compute_into(*c, *l, a, yv, residuals, residuals_bytes);
+  });
+}
+
+TE_API te_status te_linear_backward_from(te_context *ctx, te_linear *lin, const te_linear_forward_args *inputs,
+                                         const void *residuals, size_t residuals_bytes, const te_tensor *dy,
+                                         te_tensor *dx, te_tensor *dw, te_tensor *db,
+                                         const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    Linear *l = to_linear(lin);
+    check_same_context(c, l);
+    LinearForwardArgs in;
+    if (inputs) {
+      check_options(inputs, "inputs");
+      in.input = to_view(inputs->input, "inputs->input");
+      in.weight = to_view(inputs->weight, "inputs->weight");
+    }
+    LinearBackwardArgs a;
+    a.once = backward_once(args);
+    a.dy = to_view(dy, "dy");
+    a.dx = to_optional_view(dx, "dx");
+    a.dw = to_optional_view(dw, "dw");
+    a.db = to_optional_view(db, "db");
+    linear_backward_from(*c, *l, inputs ? &in : nullptr, residuals, residuals_bytes, a);
+  });
+}
+
 TE_API te_status te_linear_get_scaling_state(te_context *ctx, const te_linear *lin, te_tensor_role role,
                                              te_scaling_state_info *info, float *history, size_t history_cap) {
   return guarded(__func__, [&] {

@@ -6,10 +6,9 @@
 
 namespace te::capi {
 
-TensorView to_view(const te_tensor *t, const char *name) {
+TensorView to_shape_view(const te_tensor *t, const char *name) {
   check_not_null(t, name);
-  if (!t->data) fail(Status::InvalidArgument, "argument '%s->data': expected a non-NULL pointer, got NULL", name);
-  const int dtype = enum_int(t->dtype), scaling = enum_int(t->scaling);
+  const int dtype = enum_int(t->dtype);
   if (!known_dtype(dtype))
     fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name, dtype);
   check_shape(t->shape, t->ndim, name);
@@ -19,6 +18,14 @@ TensorView to_view(const te_tensor *t, const char *name) {
   v.ndim = t->ndim;
   for (int i = 0; i < t->ndim; ++i) v.shape[i] = t->shape[i];
   v.device = to_device(t->device, "device", name);
+  return v;
+}
+
+TensorView to_view(const te_tensor *t, const char *name) {
+  check_not_null(t, name);
+  if (!t->data) fail(Status::InvalidArgument, "argument '%s->data': expected a non-NULL pointer, got NULL", name);
+  TensorView v = to_shape_view(t, name);
+  const int scaling = enum_int(t->scaling);
   if (is_fp8(v.dtype)) {
     if (!t->scale_inv)
       fail(Status::InvalidArgument, "argument '%s->scale_inv': an FP8 tensor needs a scale_inv pointer, got NULL", name);

@@ -533,6 +533,43 @@ TE_API te_status te_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd
 /* Frees the backward context and the residuals it owns. NULL is a no-op. */
 TE_API void te_linear_backward_ctx_destroy(te_linear_backward_ctx *bwd);
 
+/* Residuals in the caller's memory. forward_compute keeps what backward needs in
+ * library-owned storage behind an opaque handle. A framework that must own every tensor
+ * saved between forward and backward (torch.compile, CUDA-graph capture, activation
+ * offloading) uses these three calls instead; the opaque path stays as it is:
+ *   1. te_linear_residuals_size: the bytes of residual memory a forward with these
+ *      arguments leaves under the innermost autocast scope as it is now. It reads only the
+ *      shapes of args' tensors (their data may be NULL). 0 when the forward will run in high
+ *      precision: the backward then reads x and W themselves.
+ *   2. te_linear_forward_compute_into: forward_compute, writing the activation residuals
+ *      (FP8: x^T and its scale_inv) into `residuals`, memory on ctx's device, 16-byte
+ *      aligned, at least residuals_size bytes (NULL when that is 0).
+ *   3. te_linear_backward_from: te_linear_backward given that memory and the forward's
+ *      arguments again (`inputs`: the same tensors, which may have moved).
+ * The layer keeps the small host-side rest of each FP8 forward (its recipe, its autocast
+ * pass, a reference to the FP8 weight it used) keyed by the residual memory's address, for
+ * its last TE_RESIDUAL_RECORDS such forwards: a forward into the same address replaces the
+ * record, the oldest is dropped past that many, and a TE_BACKWARD_ONCE backward_from or
+ * te_linear_destroy drops them. So each forward whose backward is pending needs memory of
+ * its own. Repeated backward_from calls give identical results until a TE_BACKWARD_ONCE one.
+ * Errors of forward_compute_into: those of forward_compute, and INVALID_ARGUMENT for
+ * residual memory that is too small, misaligned or NULL; nothing changes on failure. */
+#define TE_RESIDUAL_RECORDS 64
+TE_API te_status te_linear_residuals_size(te_context *ctx, const te_linear *lin,
+                                          const te_linear_forward_args *args, size_t *bytes);
+TE_API te_status te_linear_forward_compute_into(te_context *ctx, te_linear *lin,
+                                                const te_linear_forward_args *args, te_tensor *y,
+                                                void *residuals, size_t residuals_bytes);
+/* Errors: as te_linear_backward, and INVALID_ARGUMENT for residual memory that no FP8
+ * forward_compute_into of this layer filled (or whose record was dropped), or inputs whose
+ * shapes differ from the forward's. With residuals NULL and residuals_bytes 0 the backward
+ * is the high-precision one over inputs->input and inputs->weight. */
+TE_API te_status te_linear_backward_from(te_context *ctx, te_linear *lin,
+                                         const te_linear_forward_args *inputs,
+                                         const void *residuals, size_t residuals_bytes,
+                                         const te_tensor *dy, te_tensor *dx, te_tensor *dw,
+                                         te_tensor *db, const te_linear_backward_args *args);
+
 /* Which scaling state of a linear. */
 typedef enum te_tensor_role {
   TE_ROLE_INPUT = 0,      /* forward: x */

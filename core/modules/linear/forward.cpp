@@ -6,11 +6,9 @@
 namespace te {
 
 Linear::Linear(Context &ctx, const LinearOptions &o)
-    : Handle(HandleKind::Linear), core_(std::make_shared<LinearCore>(ctx, o)) {}
+    : Handle(HandleKind::Linear), core_(std::make_shared<LinearCore>(ctx, o)), records_(&linear_record_destroy) {}
 
-namespace {
-
-void validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardArgs &a, const TensorView &y) {
+void linear_validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardArgs &a, const TensorView &y) {
   const Device &dev = ctx.device();
   const DType dt = o.activation_dtype;
   check_tensor(a.input, "args->input", dt, dev);
@@ -24,13 +22,11 @@ void validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardA
   check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
 
-}  // namespace
-
 void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
                             SavedPtr &saved_out, TensorView *input_t, TensorView *weight_t) {
   LinearCore &L = *lin.core();
   const LinearOptions &o = L.opts;
-  validate_forward(ctx, o, args, y);
+  linear_validate_forward(ctx, o, args, y);
   Backend &be = ctx.backend();
   Autocast &ac = ctx.autocast();
   const ForwardMode mode = ForwardMode::of(ac);

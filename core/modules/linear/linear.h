@@ -10,6 +10,7 @@
 #include "context/context.h"
 #include "base/handle.h"
 #include "modules/common/object_pool.h"
+#include "modules/common/residual_memory.h"
 #include "modules/projection/projection.h"
 
 namespace te {
@@ -35,14 +36,20 @@ struct LinearCore {
   const ScalingState &state(TensorRole r) const { return proj.state(r); }
 };
 
+// Frees a record of Linear::records() (a LinearBackwardCtx).
+void linear_record_destroy(void *record);
+
 class Linear : public Handle {
  public:
   Linear(Context &ctx, const LinearOptions &o);
   const std::shared_ptr<LinearCore> &core() const { return core_; }
   const LinearOptions &options() const { return core_->opts; }
+  // Backward contexts of FP8 forwards whose residuals live in the caller's memory.
+  ResidualRecords &records() { return records_; }
 
  private:
   std::shared_ptr<LinearCore> core_;
+  ResidualRecords records_;  // destroyed first: its contexts share core_
 };
 
 struct LinearForwardArgs {
@@ -74,6 +81,9 @@ struct SavedRecycler {
   void operator()(LinearSaved *s) const;
 };
 using SavedPtr = std::unique_ptr<LinearSaved, SavedRecycler>;
+
+// The forward's argument checks (INVALID_ARGUMENT naming the argument).
+void linear_validate_forward(Context &ctx, const LinearOptions &o, const LinearForwardArgs &a, const TensorView &y);
 
 // Fills y and *saved (a LinearSaved the caller owns); on failure nothing changed.
 void linear_forward_compute(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
@@ -109,6 +119,16 @@ struct LinearBackwardArgs {
 };
 
 void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardArgs &args);
+
+// Residuals in the caller's memory (te_linear_residuals_size / _forward_compute_into /
+// _backward_from): the bytes a forward of `tokens` rows leaves under the innermost scope now (0
+// in high precision), the forward that moves them into `block`, and the backward that finds
+// them there. `inputs` of the backward: x and W again (needed in high precision only).
+size_t linear_residual_bytes(Context &ctx, const Linear &lin, int64_t tokens);
+void linear_forward_compute_into(Context &ctx, Linear &lin, const LinearForwardArgs &args, const TensorView &y,
+                                 void *block, size_t bytes);
+void linear_backward_from(Context &ctx, Linear &lin, const LinearForwardArgs *inputs, const void *block,
+                          size_t bytes, const LinearBackwardArgs &args);
 
 // Versioned, bit-exact serialisation of the layer's scaling states.
 size_t linear_state_size(Context &ctx, const Linear &lin);

@@ -8,6 +8,7 @@ pub const TE_VERSION_NUMBER: u32 = 100;
 pub const TE_MAX_DIMS: u32 = 8;
 pub const TE_AUTOCAST_MAX_DEPTH: u32 = 64;
 pub const TE_BACKWARD_ONCE: u32 = 1;
+pub const TE_RESIDUAL_RECORDS: u32 = 64;
 pub const TE_GROUPED_LINEAR_MAX_GEMMS: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
@@ -1761,6 +1762,38 @@ extern "C" {
 }
 extern "C" {
     pub fn te_linear_backward_ctx_destroy(bwd: *mut te_linear_backward_ctx);
+}
+extern "C" {
+    pub fn te_linear_residuals_size(
+        ctx: *mut te_context,
+        lin: *const te_linear,
+        args: *const te_linear_forward_args,
+        bytes: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_linear_forward_compute_into(
+        ctx: *mut te_context,
+        lin: *mut te_linear,
+        args: *const te_linear_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut ::std::os::raw::c_void,
+        residuals_bytes: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_linear_backward_from(
+        ctx: *mut te_context,
+        lin: *mut te_linear,
+        inputs: *const te_linear_forward_args,
+        residuals: *const ::std::os::raw::c_void,
+        residuals_bytes: usize,
+        dy: *const te_tensor,
+        dx: *mut te_tensor,
+        dw: *mut te_tensor,
+        db: *mut te_tensor,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
 }
 impl te_tensor_role {
     pub const TE_ROLE_INPUT: te_tensor_role = te_tensor_role(0);

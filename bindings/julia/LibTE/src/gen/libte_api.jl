@@ -728,6 +728,48 @@ function te_linear_backward_ctx_destroy(bwd)
     ccall((:te_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_linear_backward_ctx},), bwd)
 end
 
+const TE_RESIDUAL_RECORDS = Cint(64)
+
+# Residuals in the caller's memory. forward_compute keeps what backward needs in
+# library-owned storage behind an opaque handle. A framework that must own every tensor
+# saved between forward and backward (torch.compile, CUDA-graph capture, activation
+# offloading) uses these three calls instead; the opaque path stays as it is:
+# 1. te_linear_residuals_size: the bytes of residual memory a forward with these
+# arguments leaves under the innermost autocast scope as it is now. It reads only the
+# shapes of args' tensors (their data may be NULL). 0 when the forward will run in high
+# precision: the backward then reads x and W themselves.
+# 2. te_linear_forward_compute_into: forward_compute, writing the activation residuals
+# (FP8: x^T and its scale_inv) into `residuals`, memory on ctx's device, 16-byte
+# aligned, at least residuals_size bytes (NULL when that is 0).
+# 3. te_linear_backward_from: te_linear_backward given that memory and the forward's
+# arguments again (`inputs`: the same tensors, which may have moved).
+# The layer keeps the small host-side rest of each FP8 forward (its recipe, its autocast
+# pass, a reference to the FP8 weight it used) keyed by the residual memory's address, for
+# its last TE_RESIDUAL_RECORDS such forwards: a forward into the same address replaces the
+# record, the oldest is dropped past that many, and a TE_BACKWARD_ONCE backward_from or
+# te_linear_destroy drops them. So each forward whose backward is pending needs memory of
+# its own. Repeated backward_from calls give identical results until a TE_BACKWARD_ONCE one.
+# Errors of forward_compute_into: those of forward_compute, and INVALID_ARGUMENT for
+# residual memory that is too small, misaligned or NULL; nothing changes on failure.
+# C: te_status te_linear_residuals_size(te_context *ctx, const te_linear *lin, const te_linear_forward_args *args, size_t *bytes)
+function te_linear_residuals_size(ctx, lin, args, bytes)
+    ccall((:te_linear_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{te_linear_forward_args}, Ptr{Csize_t}), ctx, lin, args, bytes)
+end
+
+# C: te_status te_linear_forward_compute_into(te_context *ctx, te_linear *lin, const te_linear_forward_args *args, te_tensor *y, void *residuals, size_t residuals_bytes)
+function te_linear_forward_compute_into(ctx, lin, args, y, residuals, residuals_bytes)
+    ccall((:te_linear_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{te_linear_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, lin, args, y, residuals, residuals_bytes)
+end
+
+# Errors: as te_linear_backward, and INVALID_ARGUMENT for residual memory that no FP8
+# forward_compute_into of this layer filled (or whose record was dropped), or inputs whose
+# shapes differ from the forward's. With residuals NULL and residuals_bytes 0 the backward
+# is the high-precision one over inputs->input and inputs->weight.
+# C: te_status te_linear_backward_from(te_context *ctx, te_linear *lin, const te_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, te_tensor *dx, te_tensor *dw, te_tensor *db, const te_linear_backward_args *args)
+function te_linear_backward_from(ctx, lin, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
+    ccall((:te_linear_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{te_linear_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_linear_backward_args}), ctx, lin, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
+end
+
 # Which scaling state of a linear.
 # enum te_tensor_role
 const te_tensor_role = Cint
@@ -1537,6 +1579,9 @@ const TE_API_FUNCTIONS = (
     :te_linear_backward_args_init,
     :te_linear_backward,
     :te_linear_backward_ctx_destroy,
+    :te_linear_residuals_size,
+    :te_linear_forward_compute_into,
+    :te_linear_backward_from,
     :te_linear_get_scaling_state,
     :te_linear_state_save,
     :te_linear_state_load,

@@ -1,0 +1,70 @@
+// Residuals in the caller's memory. A framework that owns every tensor saved between forward and
+// backward (torch.compile, CUDA-graph capture) gives each forward a block of its own memory; the
+// module moves its activation residuals (FP8 codes and their scale_inv) there and keeps only the
+// host-side rest (recipe, autocast pass, the cached FP8 weight) in a record keyed by the block's
+// address, which the backward looks up.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "scaling/quantize.h"
+
+namespace te {
+
+constexpr size_t kResidualAlign = 256;  // every piece starts on a 256-byte boundary of the block
+constexpr size_t kResidualBaseAlign = 16;  // what the caller's block must be aligned to (FP8 GEMMs)
+constexpr int kResidualRecords = 64;    // TE_RESIDUAL_RECORDS
+
+inline size_t residual_aligned(size_t bytes) { return (bytes + kResidualAlign - 1) / kResidualAlign * kResidualAlign; }
+
+// Bytes the column-wise (transposed) copy of an FP8 [rows, cols] matrix takes in the block: its
+// codes [cols, rows] and its scale_inv.
+size_t col_residual_bytes(ScalingMode mode, int64_t rows, int64_t cols);
+
+// INVALID_ARGUMENT unless `block` can hold `need` bytes: non-NULL when need > 0, aligned, big enough.
+void check_residual_block(const void *block, size_t bytes, size_t need, const char *name);
+
+// Hands out consecutive aligned pieces of a checked block.
+class ResidualBlock {
+ public:
+  ResidualBlock(void *base, size_t bytes) : base_(static_cast<unsigned char *>(base)), bytes_(bytes) {}
+  void *take(size_t bytes);
+  // Moves q's column-wise copy (codes and scale_inv) into the block and frees the library's
+  // storage of q: afterwards q.col views the block and q owns nothing.
+  void adopt_col(Backend &be, QuantizedMatrix &q);
+
+ private:
+  unsigned char *base_;
+  size_t bytes_;
+  size_t used_ = 0;
+};
+
+// The records of a module's pending forwards, keyed by their blocks' addresses. A fixed array:
+// putting a record never allocates. Records are opaque to it; `destroy` frees one.
+class ResidualRecords {
+ public:
+  using Destroy = void (*)(void *record);
+  explicit ResidualRecords(Destroy destroy) : destroy_(destroy) {}
+  ~ResidualRecords() { clear(); }
+  ResidualRecords(const ResidualRecords &) = delete;
+  ResidualRecords &operator=(const ResidualRecords &) = delete;
+
+  // Takes `record`; replaces (frees) the record of the same key, else frees the oldest when full.
+  void put(const void *key, void *record);
+  void *find(const void *key) const;
+  void erase(const void *key);
+  void clear();
+
+ private:
+  struct Entry {
+    const void *key = nullptr;
+    void *record = nullptr;
+    uint64_t stamp = 0;
+  };
+  Entry entries_[kResidualRecords];
+  uint64_t next_stamp_ = 1;
+  Destroy destroy_;
+};
+
+}  // namespace te
