@@ -1,4 +1,5 @@
 #include "module_shims.h"
+#include "modules/common/validate.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 
 using namespace te;
@@ -21,18 +22,32 @@ struct M {
   static void state_load(Context &c, LayerNormLinear &m, const void *buf, size_t size) { layernorm_linear_state_load(c, m, buf, size); }
 };
 
-LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a) {
-  check_options(a, "args");
-  check_bool(a->weight_unchanged, "args->weight_unchanged");
+// prefix: "args" (a forward) or "inputs" (backward_from: the forward's arguments again).
+LayerNormLinearForwardArgs to_core(const te_layernorm_linear_forward_args *a, const char *p = "args") {
+  check_options(a, p);
+  check_bool(a->weight_unchanged, ArgName(p, "weight_unchanged"));
   LayerNormLinearForwardArgs r;
-  r.input = to_view(a->input, "args->input");
-  r.ln_weight = to_view(a->ln_weight, "args->ln_weight");
-  r.ln_bias = to_optional_view(a->ln_bias, "args->ln_bias");
-  r.weight = to_view(a->weight, "args->weight");
-  r.bias = to_optional_view(a->bias, "args->bias");
-  r.ln_out = to_optional_view(a->ln_out, "args->ln_out");
+  r.input = to_view(a->input, ArgName(p, "input"));
+  r.ln_weight = to_view(a->ln_weight, ArgName(p, "ln_weight"));
+  r.ln_bias = to_optional_view(a->ln_bias, ArgName(p, "ln_bias"));
+  r.weight = to_view(a->weight, ArgName(p, "weight"));
+  r.bias = to_optional_view(a->bias, ArgName(p, "bias"));
+  r.ln_out = to_optional_view(a->ln_out, ArgName(p, "ln_out"));
   r.weight_unchanged = a->weight_unchanged;
   return r;
+}
+
+LayerNormLinearGrads to_core(const te_layernorm_linear_grads *grads) {
+  LayerNormLinearGrads g;
+  if (grads) {
+    check_options(grads, "grads");
+    g.dx = to_optional_view(grads->dx, "grads->dx");
+    g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
+    g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
+    g.dw = to_optional_view(grads->dw, "grads->dw");
+    g.db = to_optional_view(grads->db, "grads->db");
+  }
+  return g;
 }
 
 LayerNormLinearSaved *forward_compute(te_context *ctx, te_layernorm_linear *m,
@@ -153,20 +168,57 @@ TE_API te_status te_layernorm_linear_backward(te_context *ctx, te_layernorm_line
     LayerNormLinearBackwardCtx *b = to_backward<M>(c, bwd);
     const bool once = backward_once(args);
     const TensorView dyv = to_view(dy, "dy");
-    LayerNormLinearGrads g;
-    if (grads) {
-      check_options(grads, "grads");
-      g.dx = to_optional_view(grads->dx, "grads->dx");
-      g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
-      g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
-      g.dw = to_optional_view(grads->dw, "grads->dw");
-      g.db = to_optional_view(grads->db, "grads->db");
-    }
+    const LayerNormLinearGrads g = to_core(grads);
     layernorm_linear_backward(*c, *b, dyv, g, once);
   });
 }
 
 TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd) { destroy_backward<M>(bwd); }
+
+TE_API te_status te_layernorm_linear_residuals_size(te_context *ctx, const te_layernorm_linear *m,
+                                                    const te_layernorm_linear_forward_args *args, size_t *bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    const LayerNormLinear *l = module_of<M>(c, m);
+    check_not_null(bytes, "bytes");
+    check_options(args, "args");
+    const TensorView x = to_shape_view(args->input, "args->input");
+    const int64_t in = l->core()->opts.in_features;
+    if (x.cols() != in)
+      fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+           (long long)in, (long long)x.cols());
+    *bytes = layernorm_linear_residual_bytes(*c, *l, x.rows());
+  });
+}
+
+TE_API te_status te_layernorm_linear_forward_compute_into(te_context *ctx, te_layernorm_linear *m,
+                                                          const te_layernorm_linear_forward_args *args, te_tensor *y,
+                                                          void *residuals, size_t residuals_bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = module_of<M>(c, m);
+    const LayerNormLinearForwardArgs a = to_core(args);
+    const TensorView yv = to_view(y, "y");
+    layernorm_linear_forward_compute_into(*c, *l, a, yv, residuals, residuals_bytes);
+  });
+}
+
+TE_API te_status te_layernorm_linear_backward_from(te_context *ctx, te_layernorm_linear *m,
+                                                   const te_layernorm_linear_forward_args *inputs,
+                                                   const void *residuals, size_t residuals_bytes, const te_tensor *dy,
+                                                   const te_layernorm_linear_grads *grads,
+                                                   const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormLinear *l = module_of<M>(c, m);
+    LayerNormLinearForwardArgs in;
+    if (inputs) in = to_core(inputs, "inputs");
+    const bool once = backward_once(args);
+    const TensorView dyv = to_view(dy, "dy");
+    const LayerNormLinearGrads g = to_core(grads);
+    layernorm_linear_backward_from(*c, *l, inputs ? &in : nullptr, residuals, residuals_bytes, dyv, g, once);
+  });
+}
 
 TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te_layernorm_linear *m,
                                                        te_tensor_role role, te_scaling_state_info *info,

@@ -180,6 +180,13 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Backend *be, size_t bytes) : be_(be), bytes_(bytes), ptr_(bytes ? be->alloc(bytes) : nullptr) {}
+  // Memory someone else owns (a caller's residual block): reset() forgets it, frees nothing.
+  static Buffer borrowed(void *ptr, size_t bytes) {
+    Buffer b;
+    b.bytes_ = bytes;
+    b.ptr_ = ptr;
+    return b;
+  }
   ~Buffer() { reset(); }
   Buffer(Buffer &&o) noexcept : be_(o.be_), bytes_(o.bytes_), ptr_(o.ptr_) { o.ptr_ = nullptr; o.bytes_ = 0; }
   Buffer &operator=(Buffer &&o) noexcept {
@@ -193,7 +200,7 @@ class Buffer {
   Buffer(const Buffer &) = delete;
   Buffer &operator=(const Buffer &) = delete;
   void reset() {
-    if (ptr_) be_->free(ptr_, bytes_);
+    if (ptr_ && be_) be_->free(ptr_, bytes_);
     ptr_ = nullptr;
     bytes_ = 0;
   }

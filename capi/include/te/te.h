@@ -884,6 +884,26 @@ TE_API te_status te_layernorm_linear_backward(te_context *ctx,
                                               const te_linear_backward_args *args);
 TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backward_ctx *bwd);
 
+/* Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+ * errors). The block holds the norm's statistics (mu for LayerNorm, rsigma: fp32 [tokens])
+ * and the GEMM's activation residual: under FP8 the normalised x^T with its scale_inv, in
+ * high precision the normalised x itself, so the size is never 0 and residuals is never
+ * NULL. inputs must give x, ln_weight (ln_bias), weight (bias) again, as the forward got them
+ * (they may have moved); ln_out and weight_unchanged are not read. */
+TE_API te_status te_layernorm_linear_residuals_size(te_context *ctx, const te_layernorm_linear *m,
+                                                    const te_layernorm_linear_forward_args *args,
+                                                    size_t *bytes);
+TE_API te_status te_layernorm_linear_forward_compute_into(te_context *ctx, te_layernorm_linear *m,
+                                                          const te_layernorm_linear_forward_args *args,
+                                                          te_tensor *y, void *residuals,
+                                                          size_t residuals_bytes);
+TE_API te_status te_layernorm_linear_backward_from(te_context *ctx, te_layernorm_linear *m,
+                                                   const te_layernorm_linear_forward_args *inputs,
+                                                   const void *residuals, size_t residuals_bytes,
+                                                   const te_tensor *dy,
+                                                   const te_layernorm_linear_grads *grads,
+                                                   const te_linear_backward_args *args);
+
 TE_API te_status te_layernorm_linear_get_scaling_state(te_context *ctx,
                                                        const te_layernorm_linear *m,
                                                        te_tensor_role role,

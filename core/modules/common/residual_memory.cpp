@@ -47,7 +47,21 @@ void ResidualBlock::adopt_col(Backend &be, QuantizedMatrix &q) {
   q.col = col;
 }
 
-void ResidualRecords::put(const void *key, void *record) {
+void *ResidualBlock::adopt(Backend &be, Buffer &b) {
+  const size_t n = b.bytes();
+  if (!n) return nullptr;
+  void *p = take(n);
+  be.copy(p, b.get(), n);
+  b = Buffer::borrowed(p, n);  // frees the library's copy, ordered after the copy
+  return p;
+}
+
+void check_residual_count(const ResidualBlock &rb, size_t need, const char *module) {
+  if (rb.used() != need)
+    fail(Status::Internal, "%s: the residuals took %zu bytes, residuals_size says %zu", module, rb.used(), need);
+}
+
+void ResidualRecords::put(const void *key, void *record, size_t bytes) {
   Entry *slot = nullptr;
   for (Entry &e : entries_)
     if (e.record && e.key == key) slot = &e;
@@ -65,12 +79,16 @@ void ResidualRecords::put(const void *key, void *record) {
   if (slot->record) destroy_(slot->record);
   slot->key = key;
   slot->record = record;
+  slot->bytes = bytes;
   slot->stamp = next_stamp_++;
 }
 
-void *ResidualRecords::find(const void *key) const {
+void *ResidualRecords::find(const void *key, size_t *bytes) const {
   for (const Entry &e : entries_)
-    if (e.record && e.key == key) return e.record;
+    if (e.record && e.key == key) {
+      if (bytes) *bytes = e.bytes;
+      return e.record;
+    }
   return nullptr;
 }
 

@@ -10,6 +10,15 @@
 
 #include "scaling/quantize.h"
 
+// The modules' caller-memory calls share this flow (linear/caller_residuals.cpp and the
+// modules' caller_residuals.cpp): validate the arguments, compute the bytes from shapes and the
+// innermost scope, check_residual_block, take a pooled backward context (allocations before
+// anything changes), run the opaque forward_compute, move its library-owned activation
+// residuals into a ResidualBlock piece by piece (the same pieces, in the same order, that the
+// size counted) and file the backward context in the module's ResidualRecords. The backward
+// looks the record up, re-points the saved views of caller tensors (x, gamma, W) to `inputs`
+// and runs the opaque backward.
+
 namespace te {
 
 constexpr size_t kResidualAlign = 256;  // every piece starts on a 256-byte boundary of the block
@@ -22,6 +31,9 @@ inline size_t residual_aligned(size_t bytes) { return (bytes + kResidualAlign - 
 // codes [cols, rows] and its scale_inv.
 size_t col_residual_bytes(ScalingMode mode, int64_t rows, int64_t cols);
 
+// Bytes a plain buffer of `bytes` takes in the block.
+inline size_t buffer_residual_bytes(size_t bytes) { return residual_aligned(bytes); }
+
 // INVALID_ARGUMENT unless `block` can hold `need` bytes: non-NULL when need > 0, aligned, big enough.
 void check_residual_block(const void *block, size_t bytes, size_t need, const char *name);
 
@@ -33,12 +45,19 @@ class ResidualBlock {
   // Moves q's column-wise copy (codes and scale_inv) into the block and frees the library's
   // storage of q: afterwards q.col views the block and q owns nothing.
   void adopt_col(Backend &be, QuantizedMatrix &q);
+  // Moves a library buffer into the block: afterwards b borrows the block (frees nothing) and
+  // the library's storage is freed. Returns the new address (views of b must be re-pointed).
+  void *adopt(Backend &be, Buffer &b);
+  size_t used() const { return used_; }
 
  private:
   unsigned char *base_;
   size_t bytes_;
   size_t used_ = 0;
 };
+
+// INTERNAL unless the pieces moved into `rb` took exactly the `need` bytes residuals_size said.
+void check_residual_count(const ResidualBlock &rb, size_t need, const char *module);
 
 // The records of a module's pending forwards, keyed by their blocks' addresses. A fixed array:
 // putting a record never allocates. Records are opaque to it; `destroy` frees one.
@@ -50,9 +69,11 @@ class ResidualRecords {
   ResidualRecords(const ResidualRecords &) = delete;
   ResidualRecords &operator=(const ResidualRecords &) = delete;
 
-  // Takes `record`; replaces (frees) the record of the same key, else frees the oldest when full.
-  void put(const void *key, void *record);
-  void *find(const void *key) const;
+  // Takes `record` of a forward that left `bytes` in the block at `key`; replaces (frees) the
+  // record of the same key, else frees the oldest when full.
+  void put(const void *key, void *record, size_t bytes = 0);
+  // The record of `key` (nullptr: none) and the bytes its forward left there.
+  void *find(const void *key, size_t *bytes = nullptr) const;
   void erase(const void *key);
   void clear();
 
@@ -60,6 +81,7 @@ class ResidualRecords {
   struct Entry {
     const void *key = nullptr;
     void *record = nullptr;
+    size_t bytes = 0;
     uint64_t stamp = 0;
   };
   Entry entries_[kResidualRecords];

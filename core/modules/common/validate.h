@@ -2,9 +2,19 @@
 // argument and saying what was expected and what was received.
 #pragma once
 
+#include <cstdio>
+
 #include "base/check.h"
 
 namespace te {
+
+// "prefix->field" for messages, without allocating: the forward checks its arguments as "args",
+// the caller-memory backward checks the same struct given again as "inputs".
+struct ArgName {
+  char s[64];
+  ArgName(const char *prefix, const char *field) { std::snprintf(s, sizeof s, "%s->%s", prefix, field); }
+  operator const char *() const { return s; }
+};
 
 // A module tensor argument: `dtype` on `device`.
 void check_tensor(const TensorView &t, const char *name, DType dtype, const Device &device);

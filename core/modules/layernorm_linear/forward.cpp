@@ -3,32 +3,29 @@
 
 namespace te {
 
-namespace {
-
-void validate_forward(Context &ctx, const LayerNormLinearOptions &o, const LayerNormLinearForwardArgs &a,
-                      const TensorView &y) {
+void layernorm_linear_validate(Context &ctx, const LayerNormLinearOptions &o, const LayerNormLinearForwardArgs &a,
+                               const TensorView &y, const char *p) {
   const Device &dev = ctx.device();
   const DType dt = o.activation_dtype;
-  check_tensor(a.input, "args->input", dt, dev);
+  check_tensor(a.input, ArgName(p, "input"), dt, dev);
   if (a.input.cols() != o.in_features)
-    fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+    fail(Status::InvalidArgument, "argument '%s->input': expected last dimension in_features=%lld, got %lld", p,
          (long long)o.in_features, (long long)a.input.cols());
   check_norm_params(o.norm, NormInputs{a.input, a.ln_weight, a.ln_bias}, a.ln_out, o.in_features, dt, dev, a.input,
-                    "args->ln_weight", "args->ln_bias", "args->ln_out");
-  check_weight(a.weight, "args->weight", o.out_features, o.in_features, dt, dev);
-  check_presence(a.bias, "args->bias", o.bias,
+                    ArgName(p, "ln_weight"), ArgName(p, "ln_bias"), ArgName(p, "ln_out"));
+  check_weight(a.weight, ArgName(p, "weight"), o.out_features, o.in_features, dt, dev);
+  check_presence(a.bias, ArgName(p, "bias"), o.bias,
                  o.bias ? "the layer was created with bias" : "the layer was created without bias");
-  if (a.bias.data) check_vector(a.bias, "args->bias", o.out_features, dt, dev);
-  check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
+  if (a.bias.data) check_vector(a.bias, ArgName(p, "bias"), o.out_features, dt, dev);
+  if (y.data) check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
-
-}  // namespace
 
 LayerNormLinearSaved *layernorm_linear_forward_compute(Context &ctx, LayerNormLinear &m,
                                                        const LayerNormLinearForwardArgs &args, const TensorView &y) {
   LayerNormLinearCore &L = *m.core();
   const LayerNormLinearOptions &o = L.opts;
-  validate_forward(ctx, o, args, y);
+  if (!y.data) fail(Status::InvalidArgument, "argument 'y->data': expected a non-NULL pointer, got NULL");
+  layernorm_linear_validate(ctx, o, args, y, "args");
   Backend &be = ctx.backend();
   Autocast &ac = ctx.autocast();
   const ForwardMode mode = ForwardMode::of(ac);

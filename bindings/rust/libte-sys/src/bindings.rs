@@ -3370,6 +3370,36 @@ extern "C" {
     pub fn te_layernorm_linear_backward_ctx_destroy(bwd: *mut te_layernorm_linear_backward_ctx);
 }
 extern "C" {
+    pub fn te_layernorm_linear_residuals_size(
+        ctx: *mut te_context,
+        m: *const te_layernorm_linear,
+        args: *const te_layernorm_linear_forward_args,
+        bytes: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_forward_compute_into(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        args: *const te_layernorm_linear_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut ::std::os::raw::c_void,
+        residuals_bytes: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_linear_backward_from(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_linear,
+        inputs: *const te_layernorm_linear_forward_args,
+        residuals: *const ::std::os::raw::c_void,
+        residuals_bytes: usize,
+        dy: *const te_tensor,
+        grads: *const te_layernorm_linear_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
     pub fn te_layernorm_linear_get_scaling_state(
         ctx: *mut te_context,
         m: *const te_layernorm_linear,

@@ -1196,6 +1196,27 @@ function te_layernorm_linear_backward_ctx_destroy(bwd)
     ccall((:te_layernorm_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_layernorm_linear_backward_ctx},), bwd)
 end
 
+# Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+# errors). The block holds the norm's statistics (mu for LayerNorm, rsigma: fp32 [tokens])
+# and the GEMM's activation residual: under FP8 the normalised x^T with its scale_inv, in
+# high precision the normalised x itself, so the size is never 0 and residuals is never
+# NULL. inputs must give x, ln_weight (ln_bias), weight (bias) again, as the forward got them
+# (they may have moved); ln_out and weight_unchanged are not read.
+# C: te_status te_layernorm_linear_residuals_size(te_context *ctx, const te_layernorm_linear *m, const te_layernorm_linear_forward_args *args, size_t *bytes)
+function te_layernorm_linear_residuals_size(ctx, m, args, bytes)
+    ccall((:te_layernorm_linear_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_forward_args}, Ptr{Csize_t}), ctx, m, args, bytes)
+end
+
+# C: te_status te_layernorm_linear_forward_compute_into(te_context *ctx, te_layernorm_linear *m, const te_layernorm_linear_forward_args *args, te_tensor *y, void *residuals, size_t residuals_bytes)
+function te_layernorm_linear_forward_compute_into(ctx, m, args, y, residuals, residuals_bytes)
+    ccall((:te_layernorm_linear_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, m, args, y, residuals, residuals_bytes)
+end
+
+# C: te_status te_layernorm_linear_backward_from(te_context *ctx, te_layernorm_linear *m, const te_layernorm_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, const te_layernorm_linear_grads *grads, const te_linear_backward_args *args)
+function te_layernorm_linear_backward_from(ctx, m, inputs, residuals, residuals_bytes, dy, grads, args)
+    ccall((:te_layernorm_linear_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, Ptr{te_layernorm_linear_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_layernorm_linear_grads}, Ptr{te_linear_backward_args}), ctx, m, inputs, residuals, residuals_bytes, dy, grads, args)
+end
+
 # C: te_status te_layernorm_linear_get_scaling_state(te_context *ctx, const te_layernorm_linear *m, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
 function te_layernorm_linear_get_scaling_state(ctx, m, role, info, history, history_cap)
     ccall((:te_layernorm_linear_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_linear}, te_tensor_role, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, m, role, info, history, history_cap)
@@ -1609,6 +1630,9 @@ const TE_API_FUNCTIONS = (
     :te_layernorm_linear_grads_init,
     :te_layernorm_linear_backward,
     :te_layernorm_linear_backward_ctx_destroy,
+    :te_layernorm_linear_residuals_size,
+    :te_layernorm_linear_forward_compute_into,
+    :te_layernorm_linear_backward_from,
     :te_layernorm_linear_get_scaling_state,
     :te_layernorm_linear_state_save,
     :te_layernorm_linear_state_load,
