@@ -619,6 +619,48 @@ te_status te_swig_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
   return te_linear_backward(ctx, bwd, dy, grad_x, grad_w, grad_b, &args);
 }
 
+/* Residuals in the caller's memory: residuals is an address (int; None is NULL). */
+te_status te_swig_linear_residuals_size(te_context *ctx, const te_linear *lin, const te_tensor *x,
+                                        const te_tensor *w, const te_tensor *b, size_t *size) {
+  te_linear_forward_args args;
+  te_linear_forward_args_init(&args);
+  args.input = x;
+  args.weight = w;
+  args.bias = b;
+  return te_linear_residuals_size(ctx, lin, &args, size);
+}
+
+te_status te_swig_linear_forward_compute_into(te_context *ctx, te_linear *lin, const te_tensor *x,
+                                              const te_tensor *w, const te_tensor *b,
+                                              int weight_unchanged, te_tensor *y,
+                                              void *residuals, size_t residuals_bytes) {
+  te_linear_forward_args args;
+  te_linear_forward_args_init(&args);
+  args.input = x;
+  args.weight = w;
+  args.bias = b;
+  args.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_linear_forward_compute_into(ctx, lin, &args, y, residuals, residuals_bytes);
+}
+
+/* x, w and b all None: inputs NULL (after an FP8 forward). */
+te_status te_swig_linear_backward_from(te_context *ctx, te_linear *lin, const te_tensor *x,
+                                       const te_tensor *w, const te_tensor *b,
+                                       const void *residuals, size_t residuals_bytes,
+                                       const te_tensor *dy, te_tensor *grad_x, te_tensor *grad_w,
+                                       te_tensor *grad_b, int once) {
+  te_linear_forward_args inputs;
+  te_linear_backward_args args;
+  te_linear_forward_args_init(&inputs);
+  inputs.input = x;
+  inputs.weight = w;
+  inputs.bias = b;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_linear_backward_from(ctx, lin, (x || w || b) ? &inputs : NULL, residuals,
+                                 residuals_bytes, dy, grad_x, grad_w, grad_b, &args);
+}
+
 te_status te_swig_quantize(te_context *ctx, const te_tensor *x, te_tensor *out,
                            const te_tensor *out_t, const float *scale, float *amax,
                            double amax_epsilon, int power_of_2_scales, int transpose) {

@@ -260,6 +260,13 @@ _linear_forward_save = _fn("te_linear_forward_save", _S, _P, _P, _P, _P)
 _linear_forward = _fn("te_linear_forward", _S, _P, _P, _P, _P, _P)
 _linear_backward = _fn("te_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
 _linear_backward_ctx_destroy = _fn("te_linear_backward_ctx_destroy", None, _P)
+# Residuals in the caller's memory (absent from libraries built before them: Unsupported).
+_linear_residuals_size = getattr(_lib, "te_linear_residuals_size", None) and _fn(
+    "te_linear_residuals_size", _S, _P, _P, _P, POINTER(c_size_t))
+_linear_forward_compute_into = getattr(_lib, "te_linear_forward_compute_into", None) and _fn(
+    "te_linear_forward_compute_into", _S, _P, _P, _P, _P, _P, c_size_t)
+_linear_backward_from = getattr(_lib, "te_linear_backward_from", None) and _fn(
+    "te_linear_backward_from", _S, _P, _P, _P, _P, c_size_t, _P, _P, _P, _P, _P)
 _linear_get_scaling_state = _fn("te_linear_get_scaling_state", _S, _P, _P, c_int, _P, _P,
                                 c_size_t)
 _linear_state_save = _fn("te_linear_state_save", _S, _P, _P, _P, c_size_t, POINTER(c_size_t))
@@ -339,6 +346,7 @@ class _Scratch(threading.local):
         self.nopts = te_norm_options(ctypes.sizeof(te_norm_options))
         self.nargs = te_norm_forward_args(ctypes.sizeof(te_norm_forward_args))
         self.nqopts = te_quantize_options(ctypes.sizeof(te_quantize_options))
+        self.size = c_size_t()
 
 
 _scratch = _Scratch()
@@ -733,6 +741,47 @@ def linear_backward(ctx, bwd, dy, dx, dw, db, once):
 
 def linear_backward_ctx_destroy(bwd):
     _linear_backward_ctx_destroy(bwd)
+
+
+# Residuals in the caller's memory: `residuals` is an int address (0 or None: NULL).
+
+def _no_caller_residuals():
+    raise Unsupported("this libte has no te_linear_residuals_size / forward_compute_into / "
+                      "backward_from (built before they existed)")
+
+
+def linear_residuals_size(ctx, lin, x, w, b):
+    """te_linear_residuals_size: bytes of residual memory (x, w, b: shapes only; data may be
+    0)."""
+    if not _linear_residuals_size:
+        _no_caller_residuals()
+    size = _scratch.size
+    st = _linear_residuals_size(ctx, lin, _forward_args(x, w, b, False), byref(size))
+    if st:
+        _raise(st)
+    return size.value
+
+
+def linear_forward_compute_into(ctx, lin, x, w, b, weight_unchanged, y, residuals, nbytes):
+    if not _linear_forward_compute_into:
+        _no_caller_residuals()
+    st = _linear_forward_compute_into(ctx, lin, _forward_args(x, w, b, weight_unchanged),
+                                      _tensor(3, y), residuals or None, nbytes)
+    if st:
+        _raise(st)
+
+
+def linear_backward_from(ctx, lin, x, w, b, residuals, nbytes, dy, dx, dw, db, once):
+    """te_linear_backward_from; x, w, b all None: inputs NULL (FP8 forwards only)."""
+    if not _linear_backward_from:
+        _no_caller_residuals()
+    inputs = (None if x is None and w is None and b is None
+              else _forward_args(x, w, b, False))
+    st = _linear_backward_from(ctx, lin, inputs, residuals or None, nbytes, _tensor(3, dy),
+                               _tensor(4, dx), _tensor(5, dw), _tensor(6, db),
+                               _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
 
 
 def linear_get_scaling_state(ctx, lin, role, history_cap):

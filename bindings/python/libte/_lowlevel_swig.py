@@ -197,6 +197,20 @@ def linear_backward(ctx, bwd, dy, dx, dw, db, once):
 linear_backward_ctx_destroy = _te.te_linear_backward_ctx_destroy
 
 
+def linear_residuals_size(ctx, lin, x, w, b):
+    return _te.te_swig_linear_residuals_size(ctx, lin, x, w, b)
+
+
+def linear_forward_compute_into(ctx, lin, x, w, b, weight_unchanged, y, residuals, nbytes):
+    _te.te_swig_linear_forward_compute_into(ctx, lin, x, w, b, 1 if weight_unchanged else 0, y,
+                                            residuals or None, nbytes)
+
+
+def linear_backward_from(ctx, lin, x, w, b, residuals, nbytes, dy, dx, dw, db, once):
+    _te.te_swig_linear_backward_from(ctx, lin, x, w, b, residuals or None, nbytes, dy, dx, dw,
+                                     db, 1 if once else 0)
+
+
 def linear_get_scaling_state(ctx, lin, role, history_cap):
     import array
     info = _te.te_scaling_state_info()
