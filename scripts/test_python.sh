@@ -3,6 +3,11 @@
 #   1. builds libte (release preset, target te) when build/release/libte.so is missing;
 #   2. installs swig and python3-dev with apt-get, only when absent (needs root);
 #   3. builds the SWIG extension libte._te_swig (bindings/swig/build.py; no-op when up to date);
+#   3b. installs PyTorch (python3 -m pip install torch, PyPI's wheel: ~5 GB with its CUDA
+#      libraries) when it is not importable and there is room: at least 12 GB free on the
+#      filesystems of pip's site-packages and of TMPDIR; otherwise, or when the install fails,
+#      prints "SKIPPED: libte.torch tests: <reason>" and goes on (the libte.torch tests skip);
+#      LIBTE_NO_TORCH_INSTALL=1 never installs;
 #   4. runs pytest against both low-level backends (LIBTE_BACKEND=ctypes, then swig), with
 #      LIBTE_PATH=build/release;
 #   5. runs the Python demo (examples/python/train_mlp.py) and the PyTorch example (which skips
@@ -35,6 +40,44 @@ fi
 
 echo "==== [python] SWIG extension"
 "$python" bindings/swig/build.py --libdir build/release || failed+=("swig build")
+
+# PyTorch for the libte.torch tests (bindings/python/tests/torch): installed when missing and
+# there is room for it; never a failure of this script.
+need_gb=${LIBTE_TORCH_NEED_GB:-12}  # for testing this step
+if "$python" -c 'import torch' >/dev/null 2>&1; then
+  echo "==== [python] PyTorch $("$python" -c 'import torch; print(torch.__version__)') present"
+elif [[ -n "${LIBTE_NO_TORCH_INSTALL:-}" ]]; then
+  echo "SKIPPED: libte.torch tests: PyTorch is not installed (LIBTE_NO_TORCH_INSTALL is set)"
+else
+  site="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
+  tmp="${TMPDIR:-/tmp}"
+  free_gb() { df -Pk "$1" 2>/dev/null | awk 'NR==2 { print int($4 / 1048576) }'; }
+  reason=""
+  for dir in "$site" "$tmp"; do
+    probe="$dir"
+    while [[ -n "$probe" && ! -e "$probe" ]]; do probe="$(dirname "$probe")"; done
+    gb="$(free_gb "${probe:-/}")"
+    if [[ -z "$gb" ]]; then
+      reason="cannot tell the free space of $dir"
+    elif (( gb < need_gb )); then
+      reason="only ${gb} GB free on the filesystem of $dir (PyTorch needs ${need_gb} GB)"
+    fi
+    [[ -n "$reason" ]] && break
+  done
+  if [[ -z "$reason" ]]; then
+    echo "==== [python] pip install torch (PyPI's wheel, ~5 GB)"
+    if ! "$python" -m pip install --quiet torch; then
+      reason="python3 -m pip install torch failed"
+    elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
+      reason="torch installed but does not import"
+    fi
+  fi
+  if [[ -n "$reason" ]]; then
+    echo "##################################################################"
+    echo "SKIPPED: libte.torch tests: $reason"
+    echo "##################################################################"
+  fi
+fi
 
 export LIBTE_PATH="$root/build/release"
 export PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}"

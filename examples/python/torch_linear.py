@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""A PyTorch autograd.Function over libte's Linear, split as PyTorch 2.x wants it:
-`forward` calls forward_compute (pure compute), `setup_context` calls forward_save.
+"""libte.torch.Linear, a torch.nn.Module, checked against torch.nn.Linear on the same
+parameters: eager and torch.compile(fullgraph=True), high precision and FP8.
 
-Checked against torch.nn.Linear on the same parameters: with autocast disabled the results must
-match to fp32 rounding; with FP8 (current scaling) within FP8's error. Tensors cross over DLPack
-with no copy (CPU tensors here; CUDA tensors once libte's CUDA backend exists).
+With autocast disabled the results must match to fp32 rounding; with FP8 (current scaling,
+HYBRID) within FP8's error. Tensors reach libte zero-copy (their data pointers), on PyTorch's
+current stream; forward and backward are the custom ops libte::linear_fwd / linear_bwd.
 
     LIBTE_PATH=build/release PYTHONPATH=bindings/python python3 examples/python/torch_linear.py [cpu|cuda]
 
@@ -31,44 +31,7 @@ except ImportError:
     sys.exit(0)
 
 import libte
-
-
-class TELinearFunction(torch.autograd.Function):
-    """y = x W^T + b through a libte.Linear. The FP8 decision is the libte autocast scope that
-    is open on the layer's context while forward runs."""
-
-    @staticmethod
-    def forward(x, weight, bias, layer):
-        x = x.contiguous()
-        y = torch.empty(x.shape[:-1] + (layer.out_features,), dtype=x.dtype, device=x.device)
-        _, residuals = layer.forward_compute(x.detach(), weight.detach(), bias.detach(),
-                                             out=y)
-        return y, residuals
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, weight, bias, layer = inputs
-        _, residuals = output
-        ctx.layer = layer
-        ctx.bwd = layer.forward_save(residuals)  # the context-saving step
-        ctx.keep = (x, weight)  # high-precision residuals alias them
-
-    @staticmethod
-    def backward(ctx, dy, _dres):
-        layer = ctx.layer
-        dy = dy.contiguous()
-        x, weight = ctx.keep
-        dx = torch.empty_like(x)
-        dw = torch.empty_like(weight)
-        db = torch.empty(layer.out_features, dtype=dy.dtype, device=dy.device)
-        ctx.bwd.backward(dy, dx=dx, dw=dw, db=db, once=True)
-        ctx.bwd.close()
-        return dx, dw, db, None
-
-
-def te_linear(x, weight, bias, layer):
-    y, _ = TELinearFunction.apply(x, weight, bias, layer)
-    return y
+import libte.torch as lt
 
 
 def compare(name, got, want, rtol):
@@ -89,7 +52,7 @@ def cuda_context_ok():
 def main():
     torch.manual_seed(0)
     # The GPU when both PyTorch and libte can use one (torch tensors reach libte through
-    # DLPack, zero-copy), else the CPU; argv[1] may force "cpu" or "cuda".
+    # their data pointers, zero-copy), else the CPU; argv[1] may force "cpu" or "cuda".
     device = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() and cuda_context_ok() else "cpu")
     print("device:", device)
     tokens, fin, fout = 64, 128, 96
@@ -102,20 +65,22 @@ def main():
                 db=ref.bias.grad.clone())
 
     ok = True
-    with libte.Context(device) as ctx:
-        layer = libte.Linear(ctx, fin, fout, dtype="float32")
-        for label, scope, tol in (
-                ("high precision (autocast disabled)", libte.autocast(ctx, enabled=False), 1e-5),
-                ("FP8 current scaling, HYBRID",
-                 libte.autocast(ctx, recipe=libte.Recipe(kind="current")), 0.15)):
-            print(label)
-            w = ref.weight.detach().clone().requires_grad_(True)
-            b = ref.bias.detach().clone().requires_grad_(True)
+    layer = lt.Linear(fin, fout, params_dtype=torch.float32, device=device)
+    with torch.no_grad():
+        layer.weight.copy_(ref.weight)
+        layer.bias.copy_(ref.bias)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    for label, scope, tol in (
+            ("high precision (autocast disabled)", lt.autocast(enabled=False), 1e-5),
+            ("FP8 current scaling, HYBRID", lt.autocast(recipe=lt.Float8CurrentScaling()), 0.15)):
+        for how, model in (("eager", layer), ("torch.compile", compiled)):
+            print("%s, %s" % (label, how))
+            layer.zero_grad(set_to_none=True)
             xx = x.detach().clone().requires_grad_(True)
             with scope:
-                y = te_linear(xx, w, b, layer)
+                y = model(xx)
             y.backward(dy)
-            got = dict(y=y.detach(), dx=xx.grad, dw=w.grad, db=b.grad)
+            got = dict(y=y.detach(), dx=xx.grad, dw=layer.weight.grad, db=layer.bias.grad)
             for k in ("y", "dx", "dw", "db"):
                 ok &= compare(k, got[k], want[k], tol if k != "db" else 1e-5)
     print("torch_linear: %s" % ("all checks passed" if ok else "MISMATCH"))
