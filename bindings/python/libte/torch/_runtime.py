@@ -223,6 +223,14 @@ _INSIDE_COMPILE = ("libte.torch.autocast cannot be entered inside a torch.compil
                    "y = compiled_model(x))")
 
 
+def _not_in_compile(fn):
+    """torch.compiler.disable with the reason dynamo prints (older torch: without it)."""
+    try:
+        return torch.compiler.disable(fn, reason=_INSIDE_COMPILE)
+    except TypeError:
+        return torch.compiler.disable(fn)
+
+
 class autocast:
     """FP8 autocast for libte.torch modules, as TE's fp8_autocast / te.autocast:
 
@@ -243,7 +251,7 @@ class autocast:
     so the compiled graph is guarded on it. Entering it inside a compiled region raises.
     """
 
-    @torch.compiler.disable(reason=_INSIDE_COMPILE)
+    @_not_in_compile
     def __init__(self, enabled=True, recipe=None, group=None, calibrating=False):
         if recipe is not None and not isinstance(recipe, Recipe):
             raise InvalidArgument("argument 'recipe': expected a libte.Recipe (or "
@@ -273,7 +281,7 @@ class autocast:
                                                recipe=self.recipe, group=self.group)
         return s
 
-    @torch.compiler.disable(reason=_INSIDE_COMPILE)
+    @_not_in_compile
     def __enter__(self):
         if _is_compiling():
             raise InvalidState(_INSIDE_COMPILE)
@@ -282,7 +290,7 @@ class autocast:
         t.mode = self._mode
         return self
 
-    @torch.compiler.disable(reason=_INSIDE_COMPILE)
+    @_not_in_compile
     def __exit__(self, exc_type, exc, tb):
         t = TLS
         if not t.stack or t.stack[-1].owner is not self:
