@@ -1,4 +1,5 @@
 #include "module_shims.h"
+#include "modules/common/validate.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
 
 using namespace te;
@@ -21,20 +22,36 @@ struct M {
   static void state_load(Context &c, LayerNormMlp &m, const void *buf, size_t size) { layernorm_mlp_state_load(c, m, buf, size); }
 };
 
-LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a) {
-  check_options(a, "args");
-  check_bool(a->weight_unchanged, "args->weight_unchanged");
+// prefix: "args" (a forward) or "inputs" (backward_from: the forward's arguments again).
+LayerNormMlpForwardArgs to_core(const te_layernorm_mlp_forward_args *a, const char *p = "args") {
+  check_options(a, p);
+  check_bool(a->weight_unchanged, ArgName(p, "weight_unchanged"));
   LayerNormMlpForwardArgs r;
-  r.input = to_view(a->input, "args->input");
-  r.ln_weight = to_view(a->ln_weight, "args->ln_weight");
-  r.ln_bias = to_optional_view(a->ln_bias, "args->ln_bias");
-  r.fc1_weight = to_view(a->fc1_weight, "args->fc1_weight");
-  r.fc1_bias = to_optional_view(a->fc1_bias, "args->fc1_bias");
-  r.fc2_weight = to_view(a->fc2_weight, "args->fc2_weight");
-  r.fc2_bias = to_optional_view(a->fc2_bias, "args->fc2_bias");
-  r.ln_out = to_optional_view(a->ln_out, "args->ln_out");
+  r.input = to_view(a->input, ArgName(p, "input"));
+  r.ln_weight = to_view(a->ln_weight, ArgName(p, "ln_weight"));
+  r.ln_bias = to_optional_view(a->ln_bias, ArgName(p, "ln_bias"));
+  r.fc1_weight = to_view(a->fc1_weight, ArgName(p, "fc1_weight"));
+  r.fc1_bias = to_optional_view(a->fc1_bias, ArgName(p, "fc1_bias"));
+  r.fc2_weight = to_view(a->fc2_weight, ArgName(p, "fc2_weight"));
+  r.fc2_bias = to_optional_view(a->fc2_bias, ArgName(p, "fc2_bias"));
+  r.ln_out = to_optional_view(a->ln_out, ArgName(p, "ln_out"));
   r.weight_unchanged = a->weight_unchanged;
   return r;
+}
+
+LayerNormMlpGrads to_core(const te_layernorm_mlp_grads *grads) {
+  LayerNormMlpGrads g;
+  if (grads) {
+    check_options(grads, "grads");
+    g.dx = to_optional_view(grads->dx, "grads->dx");
+    g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
+    g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
+    g.dfc1_w = to_optional_view(grads->dfc1_weight, "grads->dfc1_weight");
+    g.dfc1_b = to_optional_view(grads->dfc1_bias, "grads->dfc1_bias");
+    g.dfc2_w = to_optional_view(grads->dfc2_weight, "grads->dfc2_weight");
+    g.dfc2_b = to_optional_view(grads->dfc2_bias, "grads->dfc2_bias");
+  }
+  return g;
 }
 
 LayerNormMlpSaved *forward_compute(te_context *ctx, te_layernorm_mlp *m,
@@ -165,22 +182,57 @@ TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_bac
     LayerNormMlpBackwardCtx *b = to_backward<M>(c, bwd);
     const bool once = backward_once(args);
     const TensorView dyv = to_view(dy, "dy");
-    LayerNormMlpGrads g;
-    if (grads) {
-      check_options(grads, "grads");
-      g.dx = to_optional_view(grads->dx, "grads->dx");
-      g.dgamma = to_optional_view(grads->dln_weight, "grads->dln_weight");
-      g.dbeta = to_optional_view(grads->dln_bias, "grads->dln_bias");
-      g.dfc1_w = to_optional_view(grads->dfc1_weight, "grads->dfc1_weight");
-      g.dfc1_b = to_optional_view(grads->dfc1_bias, "grads->dfc1_bias");
-      g.dfc2_w = to_optional_view(grads->dfc2_weight, "grads->dfc2_weight");
-      g.dfc2_b = to_optional_view(grads->dfc2_bias, "grads->dfc2_bias");
-    }
+    const LayerNormMlpGrads g = to_core(grads);
     layernorm_mlp_backward(*c, *b, dyv, g, once);
   });
 }
 
 TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd) { destroy_backward<M>(bwd); }
+
+TE_API te_status te_layernorm_mlp_residuals_size(te_context *ctx, const te_layernorm_mlp *m,
+                                                 const te_layernorm_mlp_forward_args *args, size_t *bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    const LayerNormMlp *l = module_of<M>(c, m);
+    check_not_null(bytes, "bytes");
+    check_options(args, "args");
+    const TensorView x = to_shape_view(args->input, "args->input");
+    const int64_t hidden = l->core()->opts.hidden;
+    if (x.cols() != hidden)
+      fail(Status::InvalidArgument, "argument 'args->input': expected last dimension hidden_size=%lld, got %lld",
+           (long long)hidden, (long long)x.cols());
+    *bytes = layernorm_mlp_residual_bytes(*c, *l, x.rows());
+  });
+}
+
+TE_API te_status te_layernorm_mlp_forward_compute_into(te_context *ctx, te_layernorm_mlp *m,
+                                                       const te_layernorm_mlp_forward_args *args, te_tensor *y,
+                                                       void *residuals, size_t residuals_bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = module_of<M>(c, m);
+    const LayerNormMlpForwardArgs a = to_core(args);
+    const TensorView yv = to_view(y, "y");
+    layernorm_mlp_forward_compute_into(*c, *l, a, yv, residuals, residuals_bytes);
+  });
+}
+
+TE_API te_status te_layernorm_mlp_backward_from(te_context *ctx, te_layernorm_mlp *m,
+                                                const te_layernorm_mlp_forward_args *inputs, const void *residuals,
+                                                size_t residuals_bytes, const te_tensor *dy,
+                                                const te_layernorm_mlp_grads *grads,
+                                                const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    LayerNormMlp *l = module_of<M>(c, m);
+    LayerNormMlpForwardArgs in;
+    if (inputs) in = to_core(inputs, "inputs");
+    const bool once = backward_once(args);
+    const TensorView dyv = to_view(dy, "dy");
+    const LayerNormMlpGrads g = to_core(grads);
+    layernorm_mlp_backward_from(*c, *l, inputs ? &in : nullptr, residuals, residuals_bytes, dyv, g, once);
+  });
+}
 
 TE_API te_status te_layernorm_mlp_get_scaling_state(te_context *ctx, const te_layernorm_mlp *m, te_mlp_gemm gemm,
                                                     te_tensor_role role, te_scaling_state_info *info,

@@ -1003,6 +1003,28 @@ TE_API te_status te_layernorm_mlp_backward(te_context *ctx, te_layernorm_mlp_bac
                                            const te_linear_backward_args *args);
 TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx *bwd);
 
+/* Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+ * errors). The block holds the norm's statistics (mu for LayerNorm, rsigma: fp32 [tokens]),
+ * fc1's output [tokens, fc1 rows] in the activation dtype, and the GEMMs' activation
+ * residuals: under FP8 fc1's and fc2's x^T with their scale_invs, in high precision the
+ * normalised x and the activation's output [tokens, ffn]; so the size is never 0 and
+ * residuals is never NULL. inputs must give x, ln_weight (ln_bias) and both weights (biases)
+ * again, as the forward got them (they may have moved); ln_out and weight_unchanged are not
+ * read. */
+TE_API te_status te_layernorm_mlp_residuals_size(te_context *ctx, const te_layernorm_mlp *m,
+                                                 const te_layernorm_mlp_forward_args *args,
+                                                 size_t *bytes);
+TE_API te_status te_layernorm_mlp_forward_compute_into(te_context *ctx, te_layernorm_mlp *m,
+                                                       const te_layernorm_mlp_forward_args *args,
+                                                       te_tensor *y, void *residuals,
+                                                       size_t residuals_bytes);
+TE_API te_status te_layernorm_mlp_backward_from(te_context *ctx, te_layernorm_mlp *m,
+                                                const te_layernorm_mlp_forward_args *inputs,
+                                                const void *residuals, size_t residuals_bytes,
+                                                const te_tensor *dy,
+                                                const te_layernorm_mlp_grads *grads,
+                                                const te_linear_backward_args *args);
+
 /* Which GEMM of a LayerNormMLP. Its saved state records hidden, ffn and fc1's
  * rows (so a gated block's state does not load into an ungated one). */
 typedef enum te_mlp_gemm { TE_MLP_FC1 = 0, TE_MLP_FC2 = 1 } te_mlp_gemm;

@@ -3,35 +3,32 @@
 
 namespace te {
 
-namespace {
-
-void validate_forward(Context &ctx, const LayerNormMlpOptions &o, const LayerNormMlpForwardArgs &a,
-                      const TensorView &y) {
+void layernorm_mlp_validate(Context &ctx, const LayerNormMlpOptions &o, const LayerNormMlpForwardArgs &a,
+                            const TensorView &y, const char *p) {
   const Device &dev = ctx.device();
   const DType dt = o.activation_dtype;
-  check_tensor(a.input, "args->input", dt, dev);
+  check_tensor(a.input, ArgName(p, "input"), dt, dev);
   if (a.input.cols() != o.hidden)
-    fail(Status::InvalidArgument, "argument 'args->input': expected last dimension hidden_size=%lld, got %lld",
+    fail(Status::InvalidArgument, "argument '%s->input': expected last dimension hidden_size=%lld, got %lld", p,
          (long long)o.hidden, (long long)a.input.cols());
   check_norm_params(o.norm, NormInputs{a.input, a.ln_weight, a.ln_bias}, a.ln_out, o.hidden, dt, dev, a.input,
-                    "args->ln_weight", "args->ln_bias", "args->ln_out");
-  check_weight(a.fc1_weight, "args->fc1_weight", o.fc1_out(), o.hidden, dt, dev);
-  check_weight(a.fc2_weight, "args->fc2_weight", o.hidden, o.ffn, dt, dev);
+                    ArgName(p, "ln_weight"), ArgName(p, "ln_bias"), ArgName(p, "ln_out"));
+  check_weight(a.fc1_weight, ArgName(p, "fc1_weight"), o.fc1_out(), o.hidden, dt, dev);
+  check_weight(a.fc2_weight, ArgName(p, "fc2_weight"), o.hidden, o.ffn, dt, dev);
   const char *why = o.bias ? "the module was created with bias" : "the module was created without bias";
-  check_presence(a.fc1_bias, "args->fc1_bias", o.bias, why);
-  check_presence(a.fc2_bias, "args->fc2_bias", o.bias, why);
-  if (a.fc1_bias.data) check_vector(a.fc1_bias, "args->fc1_bias", o.fc1_out(), dt, dev);
-  if (a.fc2_bias.data) check_vector(a.fc2_bias, "args->fc2_bias", o.hidden, dt, dev);
-  check_output_like(y, "y", a.input, o.hidden, "hidden_size", dt, dev);
+  check_presence(a.fc1_bias, ArgName(p, "fc1_bias"), o.bias, why);
+  check_presence(a.fc2_bias, ArgName(p, "fc2_bias"), o.bias, why);
+  if (a.fc1_bias.data) check_vector(a.fc1_bias, ArgName(p, "fc1_bias"), o.fc1_out(), dt, dev);
+  if (a.fc2_bias.data) check_vector(a.fc2_bias, ArgName(p, "fc2_bias"), o.hidden, dt, dev);
+  if (y.data) check_output_like(y, "y", a.input, o.hidden, "hidden_size", dt, dev);
 }
-
-}  // namespace
 
 LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, const LayerNormMlpForwardArgs &args,
                                                  const TensorView &y) {
   LayerNormMlpCore &L = *m.core();
   const LayerNormMlpOptions &o = L.opts;
-  validate_forward(ctx, o, args, y);
+  if (!y.data) fail(Status::InvalidArgument, "argument 'y->data': expected a non-NULL pointer, got NULL");
+  layernorm_mlp_validate(ctx, o, args, y, "args");
   Backend &be = ctx.backend();
   Autocast &ac = ctx.autocast();
   const ForwardMode mode = ForwardMode::of(ac);

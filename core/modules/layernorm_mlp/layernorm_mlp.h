@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "modules/common/object_pool.h"
+#include "modules/common/residual_memory.h"
 #include "modules/norm/norm_stage.h"
 #include "modules/projection/projection.h"
 
@@ -37,14 +38,22 @@ struct LayerNormMlpCore {
   ProjectionState fc1, fc2;
 };
 
+// Frees a record of LayerNormMlp::records() (a LayerNormMlpBackwardCtx).
+void layernorm_mlp_record_destroy(void *record);
+
 class LayerNormMlp : public Handle {
  public:
   LayerNormMlp(Context &ctx, const LayerNormMlpOptions &o)
-      : Handle(HandleKind::LayerNormMlp), core_(std::make_shared<LayerNormMlpCore>(ctx, o)) {}
+      : Handle(HandleKind::LayerNormMlp),
+        core_(std::make_shared<LayerNormMlpCore>(ctx, o)),
+        records_(&layernorm_mlp_record_destroy) {}
   const std::shared_ptr<LayerNormMlpCore> &core() const { return core_; }
+  // Backward contexts of forwards whose residuals live in the caller's memory.
+  ResidualRecords &records() { return records_; }
 
  private:
   std::shared_ptr<LayerNormMlpCore> core_;
+  ResidualRecords records_;  // destroyed first: its contexts share core_
 };
 
 struct LayerNormMlpForwardArgs {
@@ -80,6 +89,11 @@ struct LayerNormMlpPools : ModuleState {
 };
 LayerNormMlpPools &layernorm_mlp_pools(Context &ctx);
 
+// The forward's argument checks, naming the arguments "<prefix>->input" etc. ("args" in the
+// forward, "inputs" in backward_from, which passes an empty y: not checked).
+void layernorm_mlp_validate(Context &ctx, const LayerNormMlpOptions &o, const LayerNormMlpForwardArgs &a,
+                            const TensorView &y, const char *prefix);
+
 LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, const LayerNormMlpForwardArgs &args,
                                                  const TensorView &y);
 
@@ -89,6 +103,17 @@ struct LayerNormMlpGrads {
 
 void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const TensorView &dy,
                             const LayerNormMlpGrads &g, bool once);
+
+// Residuals in the caller's memory (as linear.h's): the block holds mu (LayerNorm), rsigma and
+// fc1's output; FP8: fc1's and fc2's x^T with their scale_invs; high precision: the normalised
+// x and the activation's output. The backward re-points x, gamma (and both weights in high
+// precision) to `inputs`, which it requires.
+size_t layernorm_mlp_residual_bytes(Context &ctx, const LayerNormMlp &m, int64_t tokens);
+void layernorm_mlp_forward_compute_into(Context &ctx, LayerNormMlp &m, const LayerNormMlpForwardArgs &args,
+                                        const TensorView &y, void *block, size_t bytes);
+void layernorm_mlp_backward_from(Context &ctx, LayerNormMlp &m, const LayerNormMlpForwardArgs *inputs,
+                                 const void *block, size_t bytes, const TensorView &dy, const LayerNormMlpGrads &g,
+                                 bool once);
 
 size_t layernorm_mlp_state_size(Context &ctx, const LayerNormMlp &m);
 void layernorm_mlp_state_save(Context &ctx, const LayerNormMlp &m, void *buf, size_t capacity);

@@ -4286,6 +4286,36 @@ extern "C" {
 extern "C" {
     pub fn te_layernorm_mlp_backward_ctx_destroy(bwd: *mut te_layernorm_mlp_backward_ctx);
 }
+extern "C" {
+    pub fn te_layernorm_mlp_residuals_size(
+        ctx: *mut te_context,
+        m: *const te_layernorm_mlp,
+        args: *const te_layernorm_mlp_forward_args,
+        bytes: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_forward_compute_into(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        args: *const te_layernorm_mlp_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut ::std::os::raw::c_void,
+        residuals_bytes: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_layernorm_mlp_backward_from(
+        ctx: *mut te_context,
+        m: *mut te_layernorm_mlp,
+        inputs: *const te_layernorm_mlp_forward_args,
+        residuals: *const ::std::os::raw::c_void,
+        residuals_bytes: usize,
+        dy: *const te_tensor,
+        grads: *const te_layernorm_mlp_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
 impl te_mlp_gemm {
     pub const TE_MLP_FC1: te_mlp_gemm = te_mlp_gemm(0);
 }

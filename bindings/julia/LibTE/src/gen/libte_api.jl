@@ -1386,6 +1386,29 @@ function te_layernorm_mlp_backward_ctx_destroy(bwd)
     ccall((:te_layernorm_mlp_backward_ctx_destroy, libte), Cvoid, (Ptr{te_layernorm_mlp_backward_ctx},), bwd)
 end
 
+# Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+# errors). The block holds the norm's statistics (mu for LayerNorm, rsigma: fp32 [tokens]),
+# fc1's output [tokens, fc1 rows] in the activation dtype, and the GEMMs' activation
+# residuals: under FP8 fc1's and fc2's x^T with their scale_invs, in high precision the
+# normalised x and the activation's output [tokens, ffn]; so the size is never 0 and
+# residuals is never NULL. inputs must give x, ln_weight (ln_bias) and both weights (biases)
+# again, as the forward got them (they may have moved); ln_out and weight_unchanged are not
+# read.
+# C: te_status te_layernorm_mlp_residuals_size(te_context *ctx, const te_layernorm_mlp *m, const te_layernorm_mlp_forward_args *args, size_t *bytes)
+function te_layernorm_mlp_residuals_size(ctx, m, args, bytes)
+    ccall((:te_layernorm_mlp_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_forward_args}, Ptr{Csize_t}), ctx, m, args, bytes)
+end
+
+# C: te_status te_layernorm_mlp_forward_compute_into(te_context *ctx, te_layernorm_mlp *m, const te_layernorm_mlp_forward_args *args, te_tensor *y, void *residuals, size_t residuals_bytes)
+function te_layernorm_mlp_forward_compute_into(ctx, m, args, y, residuals, residuals_bytes)
+    ccall((:te_layernorm_mlp_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, m, args, y, residuals, residuals_bytes)
+end
+
+# C: te_status te_layernorm_mlp_backward_from(te_context *ctx, te_layernorm_mlp *m, const te_layernorm_mlp_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, const te_layernorm_mlp_grads *grads, const te_linear_backward_args *args)
+function te_layernorm_mlp_backward_from(ctx, m, inputs, residuals, residuals_bytes, dy, grads, args)
+    ccall((:te_layernorm_mlp_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_layernorm_mlp}, Ptr{te_layernorm_mlp_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_layernorm_mlp_grads}, Ptr{te_linear_backward_args}), ctx, m, inputs, residuals, residuals_bytes, dy, grads, args)
+end
+
 # Which GEMM of a LayerNormMLP. Its saved state records hidden, ffn and fc1's
 # rows (so a gated block's state does not load into an ungated one).
 # enum te_mlp_gemm
@@ -1647,6 +1670,9 @@ const TE_API_FUNCTIONS = (
     :te_layernorm_mlp_grads_init,
     :te_layernorm_mlp_backward,
     :te_layernorm_mlp_backward_ctx_destroy,
+    :te_layernorm_mlp_residuals_size,
+    :te_layernorm_mlp_forward_compute_into,
+    :te_layernorm_mlp_backward_from,
     :te_layernorm_mlp_get_scaling_state,
     :te_layernorm_mlp_state_save,
     :te_layernorm_mlp_state_load,
