@@ -865,6 +865,88 @@ PyObject *te_swig_layernorm_mlp_residuals_tensors(const te_layernorm_mlp_residua
                        PyBool_FromLong(r->fp8));
 }
 
+/* Residuals in the caller's memory (residuals: an address, int). */
+te_status te_swig_layernorm_linear_residuals_size(te_context *ctx, const te_layernorm_linear *m,
+                                                  const te_tensor *x, const te_tensor *norm_gamma,
+                                                  const te_tensor *norm_beta, const te_tensor *w,
+                                                  const te_tensor *b, size_t *size) {
+  te_layernorm_linear_forward_args a;
+  te_swig_layernorm_linear_args(&a, x, norm_gamma, norm_beta, w, b, 0, NULL);
+  return te_layernorm_linear_residuals_size(ctx, m, &a, size);
+}
+
+te_status te_swig_layernorm_linear_forward_compute_into(
+    te_context *ctx, te_layernorm_linear *m, const te_tensor *x, const te_tensor *norm_gamma,
+    const te_tensor *norm_beta, const te_tensor *w, const te_tensor *b, int weight_unchanged,
+    te_tensor *y, void *residuals, size_t residuals_bytes) {
+  te_layernorm_linear_forward_args a;
+  te_swig_layernorm_linear_args(&a, x, norm_gamma, norm_beta, w, b, weight_unchanged, NULL);
+  return te_layernorm_linear_forward_compute_into(ctx, m, &a, y, residuals, residuals_bytes);
+}
+
+te_status te_swig_layernorm_linear_backward_from(
+    te_context *ctx, te_layernorm_linear *m, const te_tensor *x, const te_tensor *norm_gamma,
+    const te_tensor *norm_beta, const te_tensor *w, const te_tensor *b, const void *residuals,
+    size_t residuals_bytes, const te_tensor *dy, te_tensor *grad_x, te_tensor *grad_gamma,
+    te_tensor *grad_beta, te_tensor *grad_w, te_tensor *grad_b, int once) {
+  te_layernorm_linear_forward_args a;
+  te_layernorm_linear_grads g;
+  te_linear_backward_args args;
+  te_swig_layernorm_linear_args(&a, x, norm_gamma, norm_beta, w, b, 0, NULL);
+  te_layernorm_linear_grads_init(&g);
+  g.dx = grad_x;
+  g.dln_weight = grad_gamma;
+  g.dln_bias = grad_beta;
+  g.dw = grad_w;
+  g.db = grad_b;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_layernorm_linear_backward_from(ctx, m, &a, residuals, residuals_bytes, dy, &g, &args);
+}
+
+te_status te_swig_layernorm_mlp_residuals_size(te_context *ctx, const te_layernorm_mlp *m,
+                                               const te_tensor *x, const te_tensor *norm_gamma,
+                                               const te_tensor *norm_beta, const te_tensor *w1,
+                                               const te_tensor *b1, const te_tensor *w2,
+                                               const te_tensor *b2, size_t *size) {
+  te_layernorm_mlp_forward_args a;
+  te_swig_layernorm_mlp_args(&a, x, norm_gamma, norm_beta, w1, b1, w2, b2, 0, NULL);
+  return te_layernorm_mlp_residuals_size(ctx, m, &a, size);
+}
+
+te_status te_swig_layernorm_mlp_forward_compute_into(
+    te_context *ctx, te_layernorm_mlp *m, const te_tensor *x, const te_tensor *norm_gamma,
+    const te_tensor *norm_beta, const te_tensor *w1, const te_tensor *b1, const te_tensor *w2,
+    const te_tensor *b2, int weight_unchanged, te_tensor *y, void *residuals,
+    size_t residuals_bytes) {
+  te_layernorm_mlp_forward_args a;
+  te_swig_layernorm_mlp_args(&a, x, norm_gamma, norm_beta, w1, b1, w2, b2, weight_unchanged, NULL);
+  return te_layernorm_mlp_forward_compute_into(ctx, m, &a, y, residuals, residuals_bytes);
+}
+
+te_status te_swig_layernorm_mlp_backward_from(
+    te_context *ctx, te_layernorm_mlp *m, const te_tensor *x, const te_tensor *norm_gamma,
+    const te_tensor *norm_beta, const te_tensor *w1, const te_tensor *b1, const te_tensor *w2,
+    const te_tensor *b2, const void *residuals, size_t residuals_bytes, const te_tensor *dy,
+    te_tensor *grad_x, te_tensor *grad_gamma, te_tensor *grad_beta, te_tensor *grad_w1,
+    te_tensor *grad_b1, te_tensor *grad_w2, te_tensor *grad_b2, int once) {
+  te_layernorm_mlp_forward_args a;
+  te_layernorm_mlp_grads g;
+  te_linear_backward_args args;
+  te_swig_layernorm_mlp_args(&a, x, norm_gamma, norm_beta, w1, b1, w2, b2, 0, NULL);
+  te_layernorm_mlp_grads_init(&g);
+  g.dx = grad_x;
+  g.dln_weight = grad_gamma;
+  g.dln_bias = grad_beta;
+  g.dfc1_weight = grad_w1;
+  g.dfc1_bias = grad_b1;
+  g.dfc2_weight = grad_w2;
+  g.dfc2_bias = grad_b2;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_layernorm_mlp_backward_from(ctx, m, &a, residuals, residuals_bytes, dy, &g, &args);
+}
+
 /* GroupedLinear: m_splits, weights and biases are lists (see the typemaps above). */
 #ifndef TE_SWIG_WITHOUT_GROUPED_LINEAR
 te_status te_swig_grouped_linear_forward_compute(te_context *ctx, te_grouped_linear *g,

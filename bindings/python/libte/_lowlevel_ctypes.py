@@ -309,6 +309,18 @@ def _module_fns(prefix, selector_args=()):
     }
 
 
+def _caller_residual_fns(fns, prefix):
+    """Adds the residuals-in-the-caller's-memory trio to a module's dict when the library has
+    it (libraries built before it raise Unsupported from those calls)."""
+    if fns is not None and hasattr(_lib, "te_%s_residuals_size" % prefix):
+        fns["residuals_size"] = _fn("te_%s_residuals_size" % prefix, _S, _P, _P, _P,
+                                    POINTER(c_size_t))
+        fns["forward_compute_into"] = _fn("te_%s_forward_compute_into" % prefix, _S, _P, _P,
+                                          _P, _P, _P, c_size_t)
+        fns["backward_from"] = _fn("te_%s_backward_from" % prefix, _S, _P, _P, _P, _P,
+                                   c_size_t, _P, _P, _P)
+
+
 _lnl = _module_fns("layernorm_linear")
 if _lnl is not None:
     _lnl["grads_init"] = _fn("te_layernorm_linear_grads_init", _S, _P)
@@ -318,6 +330,8 @@ if _mlp is not None:
     _mlp["grads_init"] = _fn("te_layernorm_mlp_grads_init", _S, _P)
     _mlp["backward"] = _fn("te_layernorm_mlp_backward", _S, _P, _P, _P, _P, _P)
 _grouped = _module_fns("grouped_linear", (c_int32,))
+_caller_residual_fns(_lnl, "layernorm_linear")
+_caller_residual_fns(_mlp, "layernorm_mlp")
 if _grouped is not None:
     _grouped["backward"] = _fn("te_grouped_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
 
@@ -332,7 +346,7 @@ def _raise(status):
 # device {type, index}, scale_inv, scaling).
 _TENSOR = struct.Struct("@Pii8qiiPi")
 _PAD = tuple((0,) * (C.MAX_DIMS - n) for n in range(C.MAX_DIMS + 1))
-_N_TENSORS = 12  # LayerNormMLP's forward: x, gamma, beta, 2 x (W, b), ln_out, y
+_N_TENSORS = 16  # LayerNormMLP's backward_from: x, gamma, beta, 2 x (W, b), dy, 7 gradients
 
 
 class _Scratch(threading.local):
@@ -1078,6 +1092,56 @@ def layernorm_linear_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw, db, once):
         _raise(st)
 
 
+def _caller_fns(fns, prefix):
+    fns = _module(fns, prefix)
+    if "residuals_size" not in fns:
+        raise Unsupported("te_%s_residuals_size: the loaded libte.so (%s) predates residuals in "
+                          "the caller's memory; rebuild libte" % (prefix, version_string()))
+    return fns
+
+
+def _residuals_size(fns, ctx, m, args):
+    size = _scratch.size
+    st = fns["residuals_size"](ctx, m, args, byref(size))
+    if st:
+        _raise(st)
+    return size.value
+
+
+def _forward_compute_into(fns, ctx, m, args, y, residuals, nbytes):
+    st = fns["forward_compute_into"](ctx, m, args, _tensor(15, y), residuals or None, nbytes)
+    if st:
+        _raise(st)
+
+
+def layernorm_linear_residuals_size(ctx, m, x, gamma, beta, w, b):
+    return _residuals_size(_caller_fns(_lnl, "layernorm_linear"), ctx, m,
+                           _lnl_args(x, gamma, beta, w, b, False, None))
+
+
+def layernorm_linear_forward_compute_into(ctx, m, x, gamma, beta, w, b, weight_unchanged, y,
+                                          residuals, nbytes):
+    _forward_compute_into(_caller_fns(_lnl, "layernorm_linear"), ctx, m,
+                          _lnl_args(x, gamma, beta, w, b, weight_unchanged, None), y,
+                          residuals, nbytes)
+
+
+def layernorm_linear_backward_from(ctx, m, x, gamma, beta, w, b, residuals, nbytes, dy, dx,
+                                   dgamma, dbeta, dw, db, once):
+    fns = _caller_fns(_lnl, "layernorm_linear")
+    g = te_layernorm_linear_grads(ctypes.sizeof(te_layernorm_linear_grads))
+    g.dx = _tensor(7, dx)
+    g.dln_weight = _tensor(8, dgamma)
+    g.dln_bias = _tensor(9, dbeta)
+    g.dw = _tensor(10, dw)
+    g.db = _tensor(11, db)
+    st = fns["backward_from"](ctx, m, _lnl_args(x, gamma, beta, w, b, False, None),
+                              residuals or None, nbytes, _tensor(6, dy), byref(g),
+                              _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
 def layernorm_linear_backward_ctx_destroy(bwd):
     _lnl["backward_ctx_destroy"](bwd)
 
@@ -1169,6 +1233,36 @@ def layernorm_mlp_backward(ctx, bwd, dy, dx, dgamma, dbeta, dw1, db1, dw2, db2, 
     g.dfc2_weight = _tensor(6, dw2)
     g.dfc2_bias = _tensor(7, db2)
     st = _mlp["backward"](ctx, bwd, _tensor(0, dy), byref(g), _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def layernorm_mlp_residuals_size(ctx, m, x, gamma, beta, w1, b1, w2, b2):
+    return _residuals_size(_caller_fns(_mlp, "layernorm_mlp"), ctx, m,
+                           _mlp_args(x, gamma, beta, w1, b1, w2, b2, False, None))
+
+
+def layernorm_mlp_forward_compute_into(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged,
+                                       y, residuals, nbytes):
+    _forward_compute_into(_caller_fns(_mlp, "layernorm_mlp"), ctx, m,
+                          _mlp_args(x, gamma, beta, w1, b1, w2, b2, weight_unchanged, None), y,
+                          residuals, nbytes)
+
+
+def layernorm_mlp_backward_from(ctx, m, x, gamma, beta, w1, b1, w2, b2, residuals, nbytes, dy,
+                                dx, dgamma, dbeta, dw1, db1, dw2, db2, once):
+    fns = _caller_fns(_mlp, "layernorm_mlp")
+    g = te_layernorm_mlp_grads(ctypes.sizeof(te_layernorm_mlp_grads))
+    g.dx = _tensor(9, dx)
+    g.dln_weight = _tensor(10, dgamma)
+    g.dln_bias = _tensor(11, dbeta)
+    g.dfc1_weight = _tensor(12, dw1)
+    g.dfc1_bias = _tensor(13, db1)
+    g.dfc2_weight = _tensor(14, dw2)
+    g.dfc2_bias = _tensor(15, db2)
+    st = fns["backward_from"](ctx, m, _mlp_args(x, gamma, beta, w1, b1, w2, b2, False, None),
+                              residuals or None, nbytes, _tensor(8, dy), byref(g),
+                              _BACKWARD_ADDRS[1 if once else 0])
     if st:
         _raise(st)
 

@@ -502,3 +502,41 @@ def grouped_linear_state_save(ctx, g):
 
 def grouped_linear_state_load(ctx, g, data):
     _te.te_grouped_linear_state_load(ctx, g, data)
+
+
+# ---- residuals in the caller's memory: LayerNormLinear, LayerNormMLP ---------------------------
+
+def layernorm_linear_residuals_size(ctx, m, x, gamma, beta, w, b):
+    return _te.te_swig_layernorm_linear_residuals_size(ctx, m, x, gamma, beta, w, b)
+
+
+def layernorm_linear_forward_compute_into(ctx, m, x, gamma, beta, w, b, weight_unchanged, y,
+                                          residuals, nbytes):
+    _te.te_swig_layernorm_linear_forward_compute_into(ctx, m, x, gamma, beta, w, b,
+                                                      1 if weight_unchanged else 0, y,
+                                                      residuals or None, nbytes)
+
+
+def layernorm_linear_backward_from(ctx, m, x, gamma, beta, w, b, residuals, nbytes, dy, dx,
+                                   dgamma, dbeta, dw, db, once):
+    _te.te_swig_layernorm_linear_backward_from(ctx, m, x, gamma, beta, w, b, residuals or None,
+                                               nbytes, dy, dx, dgamma, dbeta, dw, db,
+                                               1 if once else 0)
+
+
+def layernorm_mlp_residuals_size(ctx, m, x, gamma, beta, w1, b1, w2, b2):
+    return _te.te_swig_layernorm_mlp_residuals_size(ctx, m, x, gamma, beta, w1, b1, w2, b2)
+
+
+def layernorm_mlp_forward_compute_into(ctx, m, x, gamma, beta, w1, b1, w2, b2, weight_unchanged,
+                                       y, residuals, nbytes):
+    _te.te_swig_layernorm_mlp_forward_compute_into(ctx, m, x, gamma, beta, w1, b1, w2, b2,
+                                                   1 if weight_unchanged else 0, y,
+                                                   residuals or None, nbytes)
+
+
+def layernorm_mlp_backward_from(ctx, m, x, gamma, beta, w1, b1, w2, b2, residuals, nbytes, dy,
+                                dx, dgamma, dbeta, dw1, db1, dw2, db2, once):
+    _te.te_swig_layernorm_mlp_backward_from(ctx, m, x, gamma, beta, w1, b1, w2, b2,
+                                            residuals or None, nbytes, dy, dx, dgamma, dbeta, dw1,
+                                            db1, dw2, db2, 1 if once else 0)

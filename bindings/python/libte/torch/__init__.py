@@ -22,6 +22,7 @@ from ._runtime import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling,
                        autocast, context, fp8_autocast, retain_residuals)
 from ..recipe import Recipe
 from .linear import Linear
+from .layernorm import LayerNormLinear, LayerNormMLP
 
-__all__ = ["DelayedScaling", "Float8BlockScaling", "Float8CurrentScaling", "Format", "Linear",
-           "Recipe", "autocast", "context", "fp8_autocast", "retain_residuals"]
+__all__ = ["DelayedScaling", "Float8BlockScaling", "Float8CurrentScaling", "Format",
+           "LayerNormLinear", "LayerNormMLP", "Linear", "Recipe", "autocast", "context", "fp8_autocast", "retain_residuals"]
