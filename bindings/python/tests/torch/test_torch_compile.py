@@ -134,3 +134,14 @@ def test_compiled_errors_are_libte_errors():
             compiled(torch.randn(10, 32))
     with pytest.raises(Exception, match="expected dtype"):
         compiled(torch.randn(16, 32, dtype=torch.bfloat16))
+
+
+def test_token_counts_specialise():
+    """The residual size comes from concrete shapes: a new token count is a new graph (dynamo's
+    automatic dynamic shapes are specialised back by the fake impl), never an error."""
+    eager, comp = make(), make()
+    compiled = torch.compile(comp, fullgraph=True, backend="aot_eager")
+    for n in (16, 32, 48):
+        x = torch.randn(n, 32)
+        assert_same(step(eager, x, "current"), step(compiled, x, "current"))
+    assert graph_breaks() == 0
