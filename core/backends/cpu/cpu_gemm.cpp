@@ -4,14 +4,55 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
 
 #include "backends/cpu/cpu_activation_math.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_convert.h"
 
+// OpenBLAS's own (the prototype is also in its cblas.h, but not in every other cblas.h).
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace te {
 
 namespace {
+
+// OpenBLAS's thread count. Its default is one thread per core, and its idle threads spin for a
+// while after each call. libte's CPU GEMMs are small (the CPU backend is the reference: tests,
+// examples, a CPU fallback), and in a Python program NumPy's own OpenBLAS pool runs beside
+// libte's: two pools of spinning threads on the same cores. Measured on 2 cores:
+// examples/python/train_mlp.py takes 13-37 s with both pools at their default, 5.2 s with libte's
+// at one thread (NumPy's at its default), and examples/c/train_mlp.c takes 3.4 s either way. So
+// the process's first CPU GEMM sets OpenBLAS to one thread, unless the user chose otherwise:
+//   TE_CPU_THREADS=N   N threads (N >= 1); TE_CPU_THREADS=0 leaves OpenBLAS as it is;
+//   OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS set (and no TE_CPU_THREADS):
+//                      OpenBLAS already read them at load time; libte leaves them in force.
+// openblas_set_num_threads is process-global: it also changes the thread count of the program's
+// own calls into this OpenBLAS (not NumPy's, which bundles its own copy). That is why it happens
+// once (a program that sets its own count after libte's first GEMM keeps it) and why the
+// environment wins.
+void init_blas_threads() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int threads = 1;
+    const char *te = std::getenv("TE_CPU_THREADS");
+    if (te != nullptr && *te != '\0') {
+      char *end = nullptr;
+      errno = 0;
+      const long n = std::strtol(te, &end, 10);
+      if (errno != 0 || *end != '\0' || n < 0 || n > 4096) return;  // not a count: leave OpenBLAS alone
+      threads = static_cast<int>(n);
+    } else {
+      for (const char *var : {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"}) {
+        const char *v = std::getenv(var);
+        if (v != nullptr && *v != '\0') return;
+      }
+    }
+    if (threads > 0) openblas_set_num_threads(threads);
+  });
+}
 
 // One GEMM operand as a row-major fp32 matrix in its stored layout. F32 operands are used in
 // place; everything else is converted into a scratch buffer from the backend's cache.
@@ -86,6 +127,7 @@ void CpuBackend::gemm(const GemmArgs &g) {
   if (k == 0) {
     std::fill(c, c + m * n, 0.0f);
   } else {
+    init_blas_threads();
     cblas_sgemm(CblasRowMajor, g.transa ? CblasTrans : CblasNoTrans,
                 g.transb ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a.data, static_cast<int>(g.a.cols()), b.data,
