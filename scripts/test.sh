@@ -8,6 +8,8 @@
 #      ctypes and the SWIG backend, the Python examples), test_rust.sh (cargo test, the example),
 #      test_julia.sh (static checks, then runtests.jl and examples/julia/train_mlp.jl on Julia
 #      1.5.3 from Debian bullseye; SKIPPED, loudly, when no Julia can be installed);
+#      then scripts/test_packages.sh (the Python wheel in a fresh venv, a fresh cargo project
+#      on the Rust crates, from outside the tree with no libte environment variable);
 #   4. `asan` preset: the same build under AddressSanitizer + UndefinedBehaviorSanitizer, and
 #      ctest again. No test is excluded: the install test builds its consumer with the same
 #      sanitizer flags, so every suite runs instrumented;
@@ -191,6 +193,30 @@ run_rust() {
   fi
 }
 
+# scripts/test_packages.sh (the wheel in a fresh venv, a fresh cargo project): "FAIL ..." per
+# failed check and a closing "packages: N passed, M failed" line.
+run_packages() {
+  local t0=$SECONDS rc=0 log="$logs/packages.log"
+  echo "==== packages: scripts/test_packages.sh"
+  run_logged "$log" bash scripts/test_packages.sh || rc=$?
+  local secs=$((SECONDS - t0)) line
+  line="$(grep -E '^packages: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)"
+  while IFS= read -r t; do failures+=("packages: $t"); done < <(sed -n 's/^FAIL \(.*\)$/\1/p' "$log")
+  if [[ "$line" =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    local p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+    add_counts "$p" "$f" 0
+    if [[ $rc -ne 0 && $f -eq 0 ]]; then
+      failures+=("packages: test_packages.sh exited $rc")
+      total_failed=$((total_failed + 1))
+    fi
+    record "packages" "$([[ $rc -eq 0 && $f -eq 0 ]] && echo PASS || echo FAIL)" "$p passed, $f failed" "$secs"
+  else
+    record "packages" FAIL "test_packages.sh exited $rc without a 'packages: N passed, M failed' line" "$secs"
+    failures+=("packages: test_packages.sh exited $rc without a summary line")
+    total_failed=$((total_failed + 1))
+  fi
+}
+
 # A script printing "N passed, M failed[, K skipped]" last and "FAIL ..." for each failure.
 run_counted_script() {  # label log command...
   local label="$1" log="$2" t0=$SECONDS rc=0
@@ -241,6 +267,7 @@ if [[ -f scripts/test_julia.sh ]]; then
   echo "==== [bindings] julia"
   run_counted_script "Julia" "$logs/julia.log" bash scripts/test_julia.sh
 fi
+[[ -f scripts/test_packages.sh ]] && run_packages
 run_preset asan "ASan ctest"
 presets="$(cmake --list-presets 2>/dev/null || true)"
 if [[ "$presets" == *'"tsan"'* ]]; then

@@ -8,8 +8,9 @@
 //! such as `te_status::TE_SUCCESS`), never Rust enums, so a value a newer library returns is
 //! representable rather than undefined behaviour.
 //!
-//! Linking: `links = "te"`. The build script takes `LIBTE_LIB_DIR` or asks the `pkg-config`
-//! command (honouring `PKG_CONFIG_PATH`) for `te`; see the crate README.
+//! Linking: `links = "te"`. The build script takes `LIBTE_LIB_DIR`, else asks the `pkg-config`
+//! command (honouring `PKG_CONFIG_PATH`) for `te`, else builds libte with CMake from the
+//! repository around the crate (`LIBTE_SYS_CUDA` = AUTO, ON or OFF); see the crate README.
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]
