@@ -332,6 +332,10 @@ if _mlp is not None:
 _grouped = _module_fns("grouped_linear", (c_int32,))
 _caller_residual_fns(_lnl, "layernorm_linear")
 _caller_residual_fns(_mlp, "layernorm_mlp")
+_caller_residual_fns(_grouped, "grouped_linear")
+if _grouped is not None and "backward_from" in _grouped:  # dx, dw[], db[] instead of grads
+    _grouped["backward_from"] = _fn("te_grouped_linear_backward_from", _S, _P, _P, _P, _P,
+                                    c_size_t, _P, _P, _P, _P, _P)
 if _grouped is not None:
     _grouped["backward"] = _fn("te_grouped_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
 
@@ -1382,6 +1386,38 @@ def grouped_linear_backward(ctx, bwd, dy, dx, dw, db, once):
                               ctypes.addressof(w.pointers) if w is not None else None,
                               ctypes.addressof(b.pointers) if b is not None else None,
                               _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def grouped_linear_residuals_size(ctx, g, x, m_splits, weights, biases):
+    fns = _caller_fns(_grouped, "grouped_linear")
+    a, _keep = _grouped_args(x, m_splits, weights, biases, False)
+    return _residuals_size(fns, ctx, g, byref(a))
+
+
+def grouped_linear_forward_compute_into(ctx, g, x, m_splits, weights, biases, weight_unchanged,
+                                        y, residuals, nbytes):
+    fns = _caller_fns(_grouped, "grouped_linear")
+    a, _keep = _grouped_args(x, m_splits, weights, biases, weight_unchanged)
+    _forward_compute_into(fns, ctx, g, byref(a), y, residuals, nbytes)
+
+
+def grouped_linear_backward_from(ctx, g, x, m_splits, weights, biases, residuals, nbytes, dy, dx,
+                                 dw, db, once):
+    """x None: inputs NULL (FP8 forwards only). dw, db: lists of TensorDescs, or None."""
+    fns = _caller_fns(_grouped, "grouped_linear")
+    a = keep = None
+    if x is not None:
+        a, keep = _grouped_args(x, m_splits, weights, biases, False)
+    w = _TensorArray(dw, "dw") if dw is not None else None
+    b = _TensorArray(db, "db") if db is not None else None
+    st = fns["backward_from"](ctx, g, byref(a) if a is not None else None, residuals or None,
+                              nbytes, _tensor(1, dy), _tensor(2, dx),
+                              ctypes.addressof(w.pointers) if w is not None else None,
+                              ctypes.addressof(b.pointers) if b is not None else None,
+                              _BACKWARD_ADDRS[1 if once else 0])
+    del keep
     if st:
         _raise(st)
 

@@ -540,3 +540,48 @@ def layernorm_mlp_backward_from(ctx, m, x, gamma, beta, w1, b1, w2, b2, residual
     _te.te_swig_layernorm_mlp_backward_from(ctx, m, x, gamma, beta, w1, b1, w2, b2,
                                             residuals or None, nbytes, dy, dx, dgamma, dbeta, dw1,
                                             db1, dw2, db2, 1 if once else 0)
+
+
+# ---- residuals in the caller's memory: GroupedLinear -------------------------------------------
+
+def _grouped_caller(name):
+    _grouped()
+    f = getattr(_te, name, None)
+    if f is None:
+        raise Unsupported("%s: this SWIG module predates GroupedLinear's residuals in the "
+                          "caller's memory; rebuild it (bindings/swig/build.py)" % name)
+    return f
+
+
+def _grouped_lists(m_splits, weights, biases):
+    if m_splits is not None:
+        _at_most(m_splits, "m_splits")
+    if weights is not None:
+        _at_most(weights, "weights")
+    if biases is not None:
+        _at_most(biases, "biases")
+
+
+def grouped_linear_residuals_size(ctx, g, x, m_splits, weights, biases):
+    f = _grouped_caller("te_swig_grouped_linear_residuals_size")
+    _grouped_lists(m_splits, weights, biases)
+    return f(ctx, g, x, m_splits, weights, biases)
+
+
+def grouped_linear_forward_compute_into(ctx, g, x, m_splits, weights, biases, weight_unchanged,
+                                        y, residuals, nbytes):
+    f = _grouped_caller("te_swig_grouped_linear_forward_compute_into")
+    _grouped_lists(m_splits, weights, biases)
+    f(ctx, g, x, m_splits, weights, biases, 1 if weight_unchanged else 0, y, residuals or None,
+      nbytes)
+
+
+def grouped_linear_backward_from(ctx, g, x, m_splits, weights, biases, residuals, nbytes, dy, dx,
+                                 dw, db, once):
+    f = _grouped_caller("te_swig_grouped_linear_backward_from")
+    _grouped_lists(m_splits, weights, biases)
+    for arr, name in ((dw, "dw"), (db, "db")):
+        if arr is not None:
+            _at_most(arr, name)
+    f(ctx, g, 1 if x is not None else 0, x, m_splits, weights, biases, residuals or None, nbytes,
+      dy, dx, dw, db, 1 if once else 0)

@@ -23,6 +23,7 @@ from ._runtime import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling,
 from ..recipe import Recipe
 from .linear import Linear
 from .layernorm import LayerNormLinear, LayerNormMLP
+from .grouped_linear import GroupedLinear
 
 __all__ = ["DelayedScaling", "Float8BlockScaling", "Float8CurrentScaling", "Format",
-           "LayerNormLinear", "LayerNormMLP", "Linear", "Recipe", "autocast", "context", "fp8_autocast", "retain_residuals"]
+           "GroupedLinear", "LayerNormLinear", "LayerNormMLP", "Linear", "Recipe", "autocast", "context", "fp8_autocast", "retain_residuals"]
