@@ -1,5 +1,6 @@
 #include "module_shims.h"
 #include "modules/grouped_linear/element_name.h"
+#include "modules/common/validate.h"
 #include "modules/grouped_linear/grouped_linear.h"
 
 using namespace te;
@@ -37,22 +38,38 @@ void to_views(const te_tensor *const *array, int n, const char *name, TensorView
   for (int i = 0; i < n; ++i) out[i] = at_element(name, i, [&](const char *elem) { return to_view(array[i], elem); });
 }
 
-GroupedLinearForwardArgs to_core(const te_grouped_linear_forward_args *a, GroupedLinearCore &core) {
-  check_options(a, "args");
-  check_bool(a->weight_unchanged, "args->weight_unchanged");
+// prefix: "args" (a forward) or "inputs" (backward_from: the forward's arguments again).
+GroupedLinearForwardArgs to_core(const te_grouped_linear_forward_args *a, GroupedLinearCore &core,
+                                 const char *p = "args") {
+  check_options(a, p);
+  check_bool(a->weight_unchanged, ArgName(p, "weight_unchanged"));
   const int n = core.opts.num_gemms;
   GroupedLinearForwardArgs r;
-  r.input = to_view(a->input, "args->input");
+  r.input = to_view(a->input, ArgName(p, "input"));
   r.m_splits = a->m_splits;  // read (and checked) by the core
-  check_not_null(a->weights, "args->weights");
-  to_views(a->weights, n, "args->weights", core.call.weights.data());
+  const ArgName weights(p, "weights"), biases(p, "biases");
+  check_not_null(a->weights, weights);
+  to_views(a->weights, n, weights, core.call.weights.data());
   r.weights = core.call.weights.data();
   if (a->biases) {
-    to_views(a->biases, n, "args->biases", core.call.biases.data());
+    to_views(a->biases, n, biases, core.call.biases.data());
     r.biases = core.call.biases.data();
   }
   r.weight_unchanged = a->weight_unchanged;
   return r;
+}
+
+// dw and db arrays as views in the layer's call storage.
+void to_core_grads(GroupedLinearCore &core, te_tensor *const *dw, te_tensor *const *db, GroupedLinearBackwardArgs *a) {
+  const int n = core.opts.num_gemms;
+  if (dw) {
+    to_views(dw, n, "dw", core.call.dw.data());
+    a->dw = core.call.dw.data();
+  }
+  if (db) {
+    to_views(db, n, "db", core.call.db.data());
+    a->db = core.call.db.data();
+  }
 }
 
 GroupedLinearSaved *forward_compute(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *args,
@@ -166,24 +183,61 @@ TE_API te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_b
     a.once = backward_once(args);
     a.dy = to_view(dy, "dy");
     a.dx = to_optional_view(dx, "dx");
-    if (b->saved) {  // else the core reports the freed residuals
-      GroupedLinearCore &core = *b->saved->layer;
-      const int n = core.opts.num_gemms;
-      if (dw) {
-        to_views(dw, n, "dw", core.call.dw.data());
-        a.dw = core.call.dw.data();
-      }
-      if (db) {
-        to_views(db, n, "db", core.call.db.data());
-        a.db = core.call.db.data();
-      }
-    }
+    if (b->saved) to_core_grads(*b->saved->layer, dw, db, &a);  // else the core reports the freed residuals
     grouped_linear_backward(*c, *b, a);
   });
 }
 
 TE_API void te_grouped_linear_backward_ctx_destroy(te_grouped_linear_backward_ctx *bwd) {
   destroy_backward<Grouped>(bwd);
+}
+
+TE_API te_status te_grouped_linear_residuals_size(te_context *ctx, const te_grouped_linear *g,
+                                                  const te_grouped_linear_forward_args *args, size_t *bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    const GroupedLinear *m = module_of<Grouped>(c, g);
+    check_not_null(bytes, "bytes");
+    check_options(args, "args");
+    const TensorView x = to_shape_view(args->input, "args->input");
+    const GroupedLinearOptions &o = m->options();
+    if (x.cols() != o.in_features)
+      fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+           (long long)o.in_features, (long long)x.cols());
+    grouped_linear_validate_splits(args->m_splits, o.num_gemms, x.rows(), "args");
+    *bytes = grouped_linear_residual_bytes(*c, *m, args->m_splits);
+  });
+}
+
+TE_API te_status te_grouped_linear_forward_compute_into(te_context *ctx, te_grouped_linear *g,
+                                                        const te_grouped_linear_forward_args *args, te_tensor *y,
+                                                        void *residuals, size_t residuals_bytes) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    GroupedLinear *m = module_of<Grouped>(c, g);
+    const GroupedLinearForwardArgs a = to_core(args, *m->core());
+    const TensorView yv = to_view(y, "y");
+    grouped_linear_forward_compute_into(*c, *m, a, yv, residuals, residuals_bytes);
+  });
+}
+
+TE_API te_status te_grouped_linear_backward_from(te_context *ctx, te_grouped_linear *g,
+                                                 const te_grouped_linear_forward_args *inputs, const void *residuals,
+                                                 size_t residuals_bytes, const te_tensor *dy, te_tensor *dx,
+                                                 te_tensor *const *dw, te_tensor *const *db,
+                                                 const te_linear_backward_args *args) {
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    GroupedLinear *m = module_of<Grouped>(c, g);
+    GroupedLinearForwardArgs in;
+    if (inputs) in = to_core(inputs, *m->core(), "inputs");
+    GroupedLinearBackwardArgs a;
+    a.once = backward_once(args);
+    a.dy = to_view(dy, "dy");
+    a.dx = to_optional_view(dx, "dx");
+    to_core_grads(*m->core(), dw, db, &a);
+    grouped_linear_backward_from(*c, *m, inputs ? &in : nullptr, residuals, residuals_bytes, a);
+  });
 }
 
 TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g, int32_t expert,

@@ -1120,6 +1120,26 @@ TE_API te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_b
                                             const te_linear_backward_args *args);
 TE_API void te_grouped_linear_backward_ctx_destroy(te_grouped_linear_backward_ctx *bwd);
 
+/* Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+ * errors, the high-precision path). Under FP8 the block holds every expert's x^T, of its rows
+ * zero-padded to a multiple of 16, with its scale_inv (an expert without tokens: nothing);
+ * residuals_size reads args->m_splits (host ints) and the input's shape. In high precision
+ * the size is 0: residuals NULL, and backward_from needs inputs (x, m_splits, the weights).
+ * Under FP8 inputs may be NULL; when given, its shapes and m_splits must be the forward's. */
+TE_API te_status te_grouped_linear_residuals_size(te_context *ctx, const te_grouped_linear *g,
+                                                  const te_grouped_linear_forward_args *args,
+                                                  size_t *bytes);
+TE_API te_status te_grouped_linear_forward_compute_into(te_context *ctx, te_grouped_linear *g,
+                                                        const te_grouped_linear_forward_args *args,
+                                                        te_tensor *y, void *residuals,
+                                                        size_t residuals_bytes);
+TE_API te_status te_grouped_linear_backward_from(te_context *ctx, te_grouped_linear *g,
+                                                 const te_grouped_linear_forward_args *inputs,
+                                                 const void *residuals, size_t residuals_bytes,
+                                                 const te_tensor *dy, te_tensor *dx,
+                                                 te_tensor *const *dw, te_tensor *const *db,
+                                                 const te_linear_backward_args *args);
+
 /* `expert` in 0..num_gemms-1 (INVALID_ARGUMENT otherwise). State save/load
  * as te_linear's (load: INVALID_STATE while a pass holds the states). */
 TE_API te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g,

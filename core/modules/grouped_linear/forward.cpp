@@ -7,47 +7,48 @@
 
 namespace te {
 
-namespace {
-
-void validate_splits(const int64_t *splits, int n, int64_t rows) {
-  check_not_null(splits, "args->m_splits");
+void grouped_linear_validate_splits(const int64_t *splits, int n, int64_t rows, const char *p) {
+  check_not_null(splits, ArgName(p, "m_splits"));
   int64_t sum = 0;
   for (int i = 0; i < n; ++i) {
     const int64_t m = splits[i];
     if (m < 0)
-      fail(Status::InvalidArgument, "argument 'args->m_splits[%d]': expected a token count >= 0, got %lld", i,
+      fail(Status::InvalidArgument, "argument '%s->m_splits[%d]': expected a token count >= 0, got %lld", p, i,
            (long long)m);
     if (m > rows - sum)
-      fail(Status::InvalidArgument, "argument 'args->m_splits': counts sum to more than the input's %lld rows "
-           "(m_splits[0..%d] already sum to %lld + %lld)", (long long)rows, i, (long long)sum, (long long)m);
+      fail(Status::InvalidArgument, "argument '%s->m_splits': counts sum to more than the input's %lld rows "
+           "(m_splits[0..%d] already sum to %lld + %lld)", p, (long long)rows, i, (long long)sum, (long long)m);
     sum += m;
   }
   if (sum != rows)
-    fail(Status::InvalidArgument, "argument 'args->m_splits': counts sum to %lld, the input has %lld rows",
+    fail(Status::InvalidArgument, "argument '%s->m_splits': counts sum to %lld, the input has %lld rows", p,
          (long long)sum, (long long)rows);
 }
 
-void validate_forward(Context &ctx, const GroupedLinearOptions &o, const GroupedLinearForwardArgs &a,
-                      const TensorView &y) {
+void grouped_linear_validate(Context &ctx, const GroupedLinearOptions &o, const GroupedLinearForwardArgs &a,
+                             const TensorView &y, const char *p) {
   const Device &dev = ctx.device();
   const DType dt = o.activation_dtype;
-  check_tensor(a.input, "args->input", dt, dev);
+  check_tensor(a.input, ArgName(p, "input"), dt, dev);
   if (a.input.cols() != o.in_features)
-    fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
+    fail(Status::InvalidArgument, "argument '%s->input': expected last dimension in_features=%lld, got %lld", p,
          (long long)o.in_features, (long long)a.input.cols());
-  validate_splits(a.m_splits, o.num_gemms, a.input.rows());
+  grouped_linear_validate_splits(a.m_splits, o.num_gemms, a.input.rows(), p);
+  const ArgName weights(p, "weights"), biases(p, "biases");
   for (int i = 0; i < o.num_gemms; ++i)
-    at_element("args->weights", i,
+    at_element(weights, i,
                [&](const char *name) { check_weight(a.weights[i], name, o.out_features, o.in_features, dt, dev); });
   if (o.bias && !a.biases)
-    fail(Status::InvalidArgument, "argument 'args->biases': the layer was created with bias, got NULL");
+    fail(Status::InvalidArgument, "argument '%s->biases': the layer was created with bias, got NULL", p);
   if (!o.bias && a.biases)
-    fail(Status::InvalidArgument, "argument 'args->biases': the layer was created without bias, expected NULL");
+    fail(Status::InvalidArgument, "argument '%s->biases': the layer was created without bias, expected NULL", p);
   if (a.biases)
     for (int i = 0; i < o.num_gemms; ++i)
-      at_element("args->biases", i, [&](const char *name) { check_vector(a.biases[i], name, o.out_features, dt, dev); });
-  check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
+      at_element(biases, i, [&](const char *name) { check_vector(a.biases[i], name, o.out_features, dt, dev); });
+  if (y.data) check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
+
+namespace {
 
 // The steps live in the layer's call storage; whatever happens, none outlives the call (a step
 // that was never committed frees what it staged).
@@ -64,7 +65,8 @@ GroupedLinearSaved *grouped_linear_forward_compute(Context &ctx, GroupedLinear &
                                                    const TensorView &y) {
   GroupedLinearCore &L = *g.core();
   const GroupedLinearOptions &o = L.opts;
-  validate_forward(ctx, o, args, y);
+  if (!y.data) fail(Status::InvalidArgument, "argument 'y->data': expected a non-NULL pointer, got NULL");
+  grouped_linear_validate(ctx, o, args, y, "args");
   Backend &be = ctx.backend();
   Autocast &ac = ctx.autocast();
   const ForwardMode mode = ForwardMode::of(ac);

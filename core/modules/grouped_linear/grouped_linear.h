@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "modules/common/object_pool.h"
+#include "modules/common/residual_memory.h"
 #include "modules/grouped_linear/expert_rows.h"
 #include "modules/projection/projection.h"
 
@@ -56,15 +57,23 @@ struct GroupedLinearCore {
   GroupedLinearCallStorage call;
 };
 
+// Frees a record of GroupedLinear::records() (a GroupedLinearBackwardCtx).
+void grouped_linear_record_destroy(void *record);
+
 class GroupedLinear : public Handle {
  public:
   GroupedLinear(Context &ctx, const GroupedLinearOptions &o)
-      : Handle(HandleKind::GroupedLinear), core_(std::make_shared<GroupedLinearCore>(ctx, o)) {}
+      : Handle(HandleKind::GroupedLinear),
+        core_(std::make_shared<GroupedLinearCore>(ctx, o)),
+        records_(&grouped_linear_record_destroy) {}
   const std::shared_ptr<GroupedLinearCore> &core() const { return core_; }
   const GroupedLinearOptions &options() const { return core_->opts; }
+  // Backward contexts of FP8 forwards whose residuals live in the caller's memory.
+  ResidualRecords &records() { return records_; }
 
  private:
   std::shared_ptr<GroupedLinearCore> core_;
+  ResidualRecords records_;  // destroyed first: its contexts share core_
 };
 
 // The per-expert tensors point into the layer's call storage (core().call.weights/biases),
@@ -106,6 +115,12 @@ struct GroupedLinearPools : ModuleState {
 };
 GroupedLinearPools &grouped_linear_pools(Context &ctx);
 
+// The forward's argument checks, naming the arguments "<prefix>->input" etc. ("args" in the
+// forward, "inputs" in backward_from, which passes an empty y: not checked).
+void grouped_linear_validate_splits(const int64_t *splits, int n, int64_t rows, const char *prefix);
+void grouped_linear_validate(Context &ctx, const GroupedLinearOptions &o, const GroupedLinearForwardArgs &a,
+                             const TensorView &y, const char *prefix);
+
 // Fills y and returns the residuals (owned by the caller); nothing changes on failure.
 GroupedLinearSaved *grouped_linear_forward_compute(Context &ctx, GroupedLinear &g, const GroupedLinearForwardArgs &args,
                                                    const TensorView &y);
@@ -120,6 +135,16 @@ struct GroupedLinearBackwardArgs {
 };
 
 void grouped_linear_backward(Context &ctx, GroupedLinearBackwardCtx &bwd, const GroupedLinearBackwardArgs &args);
+
+// Residuals in the caller's memory (as linear.h's): under FP8 the block holds every expert's
+// x^T (of its rows zero-padded to a multiple of 16) with its scale_inv, experts without tokens
+// nothing; high precision leaves nothing (0 bytes) and the backward reads x and the W_i again
+// from `inputs`. `splits` were validated.
+size_t grouped_linear_residual_bytes(Context &ctx, const GroupedLinear &g, const int64_t *splits);
+void grouped_linear_forward_compute_into(Context &ctx, GroupedLinear &g, const GroupedLinearForwardArgs &args,
+                                         const TensorView &y, void *block, size_t bytes);
+void grouped_linear_backward_from(Context &ctx, GroupedLinear &g, const GroupedLinearForwardArgs *inputs,
+                                  const void *block, size_t bytes, const GroupedLinearBackwardArgs &args);
 
 // Versioned, bit-exact serialisation of every expert's scaling states (magic "TEGL", shape
 // [num_gemms, in, out], expert-major: expert i's input, weight, grad_output).

@@ -4791,6 +4791,38 @@ extern "C" {
     pub fn te_grouped_linear_backward_ctx_destroy(bwd: *mut te_grouped_linear_backward_ctx);
 }
 extern "C" {
+    pub fn te_grouped_linear_residuals_size(
+        ctx: *mut te_context,
+        g: *const te_grouped_linear,
+        args: *const te_grouped_linear_forward_args,
+        bytes: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_forward_compute_into(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        args: *const te_grouped_linear_forward_args,
+        y: *mut te_tensor,
+        residuals: *mut ::std::os::raw::c_void,
+        residuals_bytes: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_grouped_linear_backward_from(
+        ctx: *mut te_context,
+        g: *mut te_grouped_linear,
+        inputs: *const te_grouped_linear_forward_args,
+        residuals: *const ::std::os::raw::c_void,
+        residuals_bytes: usize,
+        dy: *const te_tensor,
+        dx: *mut te_tensor,
+        dw: *const *mut te_tensor,
+        db: *const *mut te_tensor,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
     pub fn te_grouped_linear_get_scaling_state(
         ctx: *mut te_context,
         g: *const te_grouped_linear,

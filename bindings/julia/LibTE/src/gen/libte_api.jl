@@ -1553,6 +1553,27 @@ function te_grouped_linear_backward_ctx_destroy(bwd)
     ccall((:te_grouped_linear_backward_ctx_destroy, libte), Cvoid, (Ptr{te_grouped_linear_backward_ctx},), bwd)
 end
 
+# Residuals in the caller's memory: as te_linear's caller-memory calls (records, alignment,
+# errors, the high-precision path). Under FP8 the block holds every expert's x^T, of its rows
+# zero-padded to a multiple of 16, with its scale_inv (an expert without tokens: nothing);
+# residuals_size reads args->m_splits (host ints) and the input's shape. In high precision
+# the size is 0: residuals NULL, and backward_from needs inputs (x, m_splits, the weights).
+# Under FP8 inputs may be NULL; when given, its shapes and m_splits must be the forward's.
+# C: te_status te_grouped_linear_residuals_size(te_context *ctx, const te_grouped_linear *g, const te_grouped_linear_forward_args *args, size_t *bytes)
+function te_grouped_linear_residuals_size(ctx, g, args, bytes)
+    ccall((:te_grouped_linear_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{Csize_t}), ctx, g, args, bytes)
+end
+
+# C: te_status te_grouped_linear_forward_compute_into(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *args, te_tensor *y, void *residuals, size_t residuals_bytes)
+function te_grouped_linear_forward_compute_into(ctx, g, args, y, residuals, residuals_bytes)
+    ccall((:te_grouped_linear_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, g, args, y, residuals, residuals_bytes)
+end
+
+# C: te_status te_grouped_linear_backward_from(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, te_tensor *dx, te_tensor **dw, te_tensor **db, const te_linear_backward_args *args)
+function te_grouped_linear_backward_from(ctx, g, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
+    ccall((:te_grouped_linear_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Ptr{Ptr{te_tensor}}, Ptr{te_linear_backward_args}), ctx, g, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
+end
+
 # `expert` in 0..num_gemms-1 (INVALID_ARGUMENT otherwise). State save/load
 # as te_linear's (load: INVALID_STATE while a pass holds the states).
 # C: te_status te_grouped_linear_get_scaling_state(te_context *ctx, const te_grouped_linear *g, int32_t expert, te_tensor_role role, te_scaling_state_info *info, float *history, size_t history_cap)
@@ -1686,6 +1707,9 @@ const TE_API_FUNCTIONS = (
     :te_grouped_linear_forward,
     :te_grouped_linear_backward,
     :te_grouped_linear_backward_ctx_destroy,
+    :te_grouped_linear_residuals_size,
+    :te_grouped_linear_forward_compute_into,
+    :te_grouped_linear_backward_from,
     :te_grouped_linear_get_scaling_state,
     :te_grouped_linear_state_save,
     :te_grouped_linear_state_load,
