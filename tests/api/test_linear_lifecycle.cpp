@@ -485,4 +485,31 @@ TEST(LinearLifecycle, ForwardIsDeterministic) {
   EXPECT_TRUE(lt::bitwise_equal(y1, y2));
 }
 
+// The backward of a pass's first module ends the pass even when it computes only db (no dy is
+// quantized): the other modules' grad_output states get their update then, not at a flush.
+TEST(LinearPassEnd, FirstModuleWithoutQuantizedDyEndsThePass) {
+  lt::ContextPtr ctx = lt::make_cpu_context();
+  lt::RecipePtr r = lt::make_recipe(TE_RECIPE_DELAYED_SCALING);
+  lt::LinearPtr first = lt::make_linear(ctx.get(), kIn, kOut, 1, TE_DTYPE_BF16);
+  lt::LinearPtr second = lt::make_linear(ctx.get(), kIn, kOut, 1, TE_DTYPE_BF16);
+  Data d(TE_DTYPE_BF16, 300);
+  lt::HostTensor y(TE_DTYPE_BF16, {kB, kS, kOut});
+  te_linear_backward_ctx *b1 = nullptr, *b2 = nullptr;
+  te_linear_forward_args fa = d.args();
+  {
+    lt::AutocastScope s(ctx.get(), r.get());
+    ASSERT_TE_OK(te_linear_forward(ctx.get(), first.get(), &fa, y.get(), &b1));
+    ASSERT_TE_OK(te_linear_forward(ctx.get(), second.get(), &fa, y.get(), &b2));
+  }
+  lt::BackwardPtr k1(b1), k2(b2);
+  Grads g(TE_DTYPE_BF16);
+  ASSERT_TE_OK(run_backward(ctx.get(), b2, d, g));
+  const float before = lt::scaling_state(ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT, false).info.scale;
+  te_linear_backward_args ba;
+  te_linear_backward_args_init(&ba);
+  ASSERT_TE_OK(te_linear_backward(ctx.get(), b1, d.dy.get(), nullptr, nullptr, g.db.get(), &ba));
+  const float after = lt::scaling_state(ctx.get(), second.get(), TE_ROLE_GRAD_OUTPUT, false).info.scale;
+  EXPECT_NE(before, after) << "the pass's backward update did not run";
+}
+
 }  // namespace

@@ -45,13 +45,15 @@ void linear_backward(Context &ctx, LinearBackwardCtx &bwd, const LinearBackwardA
   ProjectionBackward step(ctx, L.proj, s.proj, s.recipe.get(), s.group.get(), dims, dy, g, o.fuse_wgrad_accumulation,
                           &plan);
   ctx.backend().reserve(plan);
-  if (step.states_to_register()) ctx.autocast().reserve_backward(s.ticket.pass, step.states_to_register());
+  // The backward of the pass's first module ends the pass even when it quantized no dy (dx and
+  // dW both skipped): the other modules' grad_output states are waiting for that update.
+  const int registering = step.states_to_register();
+  const bool ends_pass = s.ticket.first && s.ticket.pass != 0;
+  if (registering || ends_pass) ctx.autocast().reserve_backward(s.ticket.pass, registering);
   step.commit();
   step.run();
-  if (step.states_to_register()) {
-    step.register_state(s.ticket.pass);
-    if (s.ticket.first) ctx.autocast().finish_backward_pass(s.ticket.pass);
-  }
+  if (registering) step.register_state(s.ticket.pass);
+  if (ends_pass) ctx.autocast().finish_backward_pass(s.ticket.pass);
   if (args.once) bwd.saved.reset();
 }
 
