@@ -979,6 +979,53 @@ te_status te_swig_grouped_linear_forward(te_context *ctx, te_grouped_linear *g, 
   return te_grouped_linear_forward(ctx, g, &a, y, out);
 }
 
+/* Residuals in the caller's memory; with_inputs = 0: inputs NULL (after an FP8 forward). */
+te_status te_swig_grouped_linear_residuals_size(te_context *ctx, const te_grouped_linear *g,
+                                                const te_tensor *x, const int64_t *m_splits,
+                                                const te_tensor *const *weight_list,
+                                                const te_tensor *const *bias_list, size_t *size) {
+  te_grouped_linear_forward_args a;
+  te_grouped_linear_forward_args_init(&a);
+  a.input = x;
+  a.m_splits = m_splits;
+  a.weights = weight_list;
+  a.biases = bias_list;
+  return te_grouped_linear_residuals_size(ctx, g, &a, size);
+}
+
+te_status te_swig_grouped_linear_forward_compute_into(
+    te_context *ctx, te_grouped_linear *g, const te_tensor *x, const int64_t *m_splits,
+    const te_tensor *const *weight_list, const te_tensor *const *bias_list, int weight_unchanged,
+    te_tensor *y, void *residuals, size_t residuals_bytes) {
+  te_grouped_linear_forward_args a;
+  te_grouped_linear_forward_args_init(&a);
+  a.input = x;
+  a.m_splits = m_splits;
+  a.weights = weight_list;
+  a.biases = bias_list;
+  a.weight_unchanged = weight_unchanged ? 1 : 0;
+  return te_grouped_linear_forward_compute_into(ctx, g, &a, y, residuals, residuals_bytes);
+}
+
+te_status te_swig_grouped_linear_backward_from(
+    te_context *ctx, te_grouped_linear *g, int with_inputs, const te_tensor *x,
+    const int64_t *m_splits, const te_tensor *const *weight_list,
+    const te_tensor *const *bias_list, const void *residuals, size_t residuals_bytes,
+    const te_tensor *dy, te_tensor *grad_x, te_tensor *const *grad_ws, te_tensor *const *grad_bs,
+    int once) {
+  te_grouped_linear_forward_args a;
+  te_linear_backward_args args;
+  te_grouped_linear_forward_args_init(&a);
+  a.input = x;
+  a.m_splits = m_splits;
+  a.weights = weight_list;
+  a.biases = bias_list;
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_grouped_linear_backward_from(ctx, g, with_inputs ? &a : NULL, residuals,
+                                         residuals_bytes, dy, grad_x, grad_ws, grad_bs, &args);
+}
+
 te_status te_swig_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd,
                                           const te_tensor *dy, te_tensor *grad_x,
                                           te_tensor *const *grad_ws, te_tensor *const *grad_bs,
