@@ -22,10 +22,12 @@ namespace {
 // OpenBLAS's thread count. Its default is one thread per core, and its idle threads spin for a
 // while after each call. libte's CPU GEMMs are small (the CPU backend is the reference: tests,
 // examples, a CPU fallback), and in a Python program NumPy's own OpenBLAS pool runs beside
-// libte's: two pools of spinning threads on the same cores. Measured on 2 cores:
-// examples/python/train_mlp.py takes 13-37 s with both pools at their default, 5.2 s with libte's
-// at one thread (NumPy's at its default), and examples/c/train_mlp.c takes 3.4 s either way. So
-// the process's first CPU GEMM sets OpenBLAS to one thread, unless the user chose otherwise:
+// libte's: two pools of spinning threads on the same cores. Measured on 2 cores, libte's
+// OpenBLAS at its default vs one thread (NumPy's at its default): examples/python/train_mlp.py
+// 13-37 s vs 5.2 s on a quiet machine, 36-38 s vs 20-24 s beside other builds;
+// examples/c/train_mlp.c 3.4 s either way when quiet, 5.2-7.8 s vs 3.8-5.1 s beside other
+// builds; even a 1024^3 sgemm took 31 ms with 2 threads vs 21-25 ms with one there. So the
+// process's first CPU GEMM sets OpenBLAS to one thread, unless the user chose otherwise:
 //   TE_CPU_THREADS=N   N threads (N >= 1); TE_CPU_THREADS=0 leaves OpenBLAS as it is;
 //   OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS set (and no TE_CPU_THREADS):
 //                      OpenBLAS already read them at load time; libte leaves them in force.
