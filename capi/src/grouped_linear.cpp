@@ -199,7 +199,9 @@ TE_API te_status te_grouped_linear_residuals_size(te_context *ctx, const te_grou
     const GroupedLinear *m = module_of<Grouped>(c, g);
     check_not_null(bytes, "bytes");
     check_options(args, "args");
+    check_bool(args->weight_unchanged, "args->weight_unchanged");
     const TensorView x = to_shape_view(args->input, "args->input");
+    check_tensor(x, "args->input", m->options().activation_dtype, c->device());
     const GroupedLinearOptions &o = m->options();
     if (x.cols() != o.in_features)
       fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",

@@ -182,7 +182,9 @@ TE_API te_status te_layernorm_linear_residuals_size(te_context *ctx, const te_la
     const LayerNormLinear *l = module_of<M>(c, m);
     check_not_null(bytes, "bytes");
     check_options(args, "args");
+    check_bool(args->weight_unchanged, "args->weight_unchanged");
     const TensorView x = to_shape_view(args->input, "args->input");
+    check_tensor(x, "args->input", l->core()->opts.activation_dtype, c->device());
     const int64_t in = l->core()->opts.in_features;
     if (x.cols() != in)
       fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",

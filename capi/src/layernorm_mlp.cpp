@@ -196,7 +196,9 @@ TE_API te_status te_layernorm_mlp_residuals_size(te_context *ctx, const te_layer
     const LayerNormMlp *l = module_of<M>(c, m);
     check_not_null(bytes, "bytes");
     check_options(args, "args");
+    check_bool(args->weight_unchanged, "args->weight_unchanged");
     const TensorView x = to_shape_view(args->input, "args->input");
+    check_tensor(x, "args->input", l->core()->opts.activation_dtype, c->device());
     const int64_t hidden = l->core()->opts.hidden;
     if (x.cols() != hidden)
       fail(Status::InvalidArgument, "argument 'args->input': expected last dimension hidden_size=%lld, got %lld",

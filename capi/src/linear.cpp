@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "module_common.h"
+#include "modules/common/validate.h"
 
 using namespace te;
 using namespace te::capi;
@@ -192,7 +193,9 @@ TE_API te_status te_linear_residuals_size(te_context *ctx, const te_linear *lin,
     check_same_context(c, l);
     check_not_null(bytes, "bytes");
     check_options(args, "args");
+    check_bool(args->weight_unchanged, "args->weight_unchanged");
     const TensorView x = to_shape_view(args->input, "args->input");
+    check_tensor(x, "args->input", l->options().activation_dtype, c->device());
     if (x.cols() != l->options().in_features)
       fail(Status::InvalidArgument, "argument 'args->input': expected last dimension in_features=%lld, got %lld",
            (long long)l->options().in_features, (long long)x.cols());
@@ -225,6 +228,8 @@ TE_API te_status te_linear_backward_from(te_context *ctx, te_linear *lin, const 
       check_options(inputs, "inputs");
       in.input = to_view(inputs->input, "inputs->input");
       in.weight = to_view(inputs->weight, "inputs->weight");
+      in.bias = to_optional_view(inputs->bias, "inputs->bias");
+      check_bool(inputs->weight_unchanged, "inputs->weight_unchanged");
     }
     LinearBackwardArgs a;
     a.once = backward_once(args);

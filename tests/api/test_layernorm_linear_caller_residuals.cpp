@@ -239,6 +239,7 @@ TEST(LnLinearCallerResidualsErrors, BadMemoryChangesNothing) {
   HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens / 2, kIn}, -1.0f, 1.0f, 77);
   te_layernorm_linear_forward_args bad = fa;
   bad.input = x2.get();
+  bad.ln_out = nullptr;
   EXPECT_EQ(te_layernorm_linear_backward_from(ctx.get(), c.get(), &bad, block->p, need, d.dy.get(), &gg, &none),
             TE_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(lt::error_names("inputs->input")) << te_last_error();

@@ -250,6 +250,7 @@ TEST(MlpCallerResidualsErrors, BadMemoryChangesNothing) {
   HostTensor x2 = lt::random_tensor(TE_DTYPE_BF16, {kTokens / 2, kHidden}, -1.0f, 1.0f, 77);
   te_layernorm_mlp_forward_args bad = fa;
   bad.input = x2.get();
+  bad.ln_out = nullptr;
   EXPECT_EQ(te_layernorm_mlp_backward_from(ctx.get(), c.get(), &bad, block->p, need, d.dy.get(), &gg, &none),
             TE_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(lt::error_names("inputs->input")) << te_last_error();

@@ -2621,6 +2621,357 @@ const std::vector<Fixture> &fixtures() {
                      },
                      invalid("buf")));
     }
+    {
+      // Residuals in the caller's memory (te_*_residuals_size, _forward_compute_into,
+      // _backward_from) of the four modules: the size query reads only the input's shape (and
+      // GroupedLinear's m_splits); the forward writes the caller's block (watched); the backward
+      // finds the record of a forward made into a block in a scope opened and closed here.
+      const char *shape_only = "It reads only the shapes of args' tensors (their data may be NULL)";
+      const char *room = "at least residuals_size bytes: SIZE_MAX bytes of room are room enough";
+      // Declares every tensor field of `prefix` (x, weights, biases: F32 of the world's shapes).
+      auto lin_tensors = [](auto d, const std::string &p) {
+        return d.tensor(p + "->input", TE_DTYPE_F32, {N, N}).tensor(p + "->weight", TE_DTYPE_F32, {N, N})
+            .tensor(p + "->bias", TE_DTYPE_F32, {N});
+      };
+      auto lnl_tensors = [](auto d, const std::string &p) {
+        return d.tensor(p + "->input", TE_DTYPE_F32, {N, N}).tensor(p + "->ln_weight", TE_DTYPE_F32, {N})
+            .tensor(p + "->ln_bias", TE_DTYPE_F32, {N}).tensor(p + "->weight", TE_DTYPE_F32, {N, N})
+            .tensor(p + "->bias", TE_DTYPE_F32, {N}).tensor(p + "->ln_out", TE_DTYPE_F32, {N, N})
+            .null_ok(p + "->ln_out", "optional output: norm(x) [..., in_features]");
+      };
+      auto mlp_tensors = [](auto d, const std::string &p) {
+        return d.tensor(p + "->input", TE_DTYPE_F32, {N, N}).tensor(p + "->ln_weight", TE_DTYPE_F32, {N})
+            .tensor(p + "->ln_bias", TE_DTYPE_F32, {N}).tensor(p + "->fc1_weight", TE_DTYPE_F32, {N, N})
+            .tensor(p + "->fc1_bias", TE_DTYPE_F32, {N}).tensor(p + "->fc2_weight", TE_DTYPE_F32, {N, N})
+            .tensor(p + "->fc2_bias", TE_DTYPE_F32, {N}).tensor(p + "->ln_out", TE_DTYPE_F32, {N, N})
+            .null_ok(p + "->ln_out", "optional output: norm(x) [..., hidden]");
+      };
+      // residuals_size: the input's shape, dtype and device are read; nothing else of args.
+      auto size_common = [shape_only](auto d, std::vector<std::string> unread) {
+        d.expect("args->input:data_null", accept(shape_only));
+        for (const std::string &u : unread) d.expect("args->" + u + ":*", accept(shape_only));
+        return d;
+      };
+      t.push_back(size_common(lin_tensors(Def<args::te_linear_residuals_size>([](World &w, args::te_linear_residuals_size &a) {
+                                            begin_fp8_scope(w);
+                                            a.ctx = w.ctx;
+                                            a.lin = w.lin;
+                                            a.args = &fwd_args(w);
+                                            a.bytes = &w.keep(size_t(0));
+                                          }),
+                                          "args"),
+                              {"weight", "bias"})
+                      .null_ok("args->weight", shape_only)
+                      .null_ok("args->bias", shape_only));
+      t.push_back(size_common(lnl_tensors(Def<args::te_layernorm_linear_residuals_size>(
+                                              [](World &w, args::te_layernorm_linear_residuals_size &a) {
+                                                a.m = lnl_new(w, w.ctx);
+                                                begin_fp8_scope(w);
+                                                a.ctx = w.ctx;
+                                                a.args = &lnl_fwd_args(w);
+                                                a.bytes = &w.keep(size_t(0));
+                                              }),
+                                          "args"),
+                              {"ln_weight", "ln_bias", "weight", "bias", "ln_out"})
+                      .null_ok("args->ln_weight", shape_only)
+                      .null_ok("args->ln_bias", shape_only)
+                      .null_ok("args->weight", shape_only)
+                      .null_ok("args->bias", shape_only));
+      t.push_back(size_common(mlp_tensors(Def<args::te_layernorm_mlp_residuals_size>(
+                                              [](World &w, args::te_layernorm_mlp_residuals_size &a) {
+                                                a.m = mlp_new(w, w.ctx);
+                                                begin_fp8_scope(w);
+                                                a.ctx = w.ctx;
+                                                a.args = &mlp_fwd_args(w);
+                                                a.bytes = &w.keep(size_t(0));
+                                              }),
+                                          "args"),
+                              {"ln_weight", "ln_bias", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "ln_out"})
+                      .null_ok("args->ln_weight", shape_only)
+                      .null_ok("args->ln_bias", shape_only)
+                      .null_ok("args->fc1_weight", shape_only)
+                      .null_ok("args->fc1_bias", shape_only)
+                      .null_ok("args->fc2_weight", shape_only)
+                      .null_ok("args->fc2_bias", shape_only));
+      t.push_back(size_common(Def<args::te_grouped_linear_residuals_size>([](World &w, args::te_grouped_linear_residuals_size &a) {
+                                a.g = grouped_new(w, w.ctx);
+                                begin_fp8_scope(w);
+                                a.ctx = w.ctx;
+                                a.args = &grouped_fwd_args(w);
+                                a.bytes = &w.keep(size_t(0));
+                              }).tensor("args->input", TE_DTYPE_F32, {N, N}),
+                              {})
+                      .null_ok("args->weights", "residuals_size reads args->m_splits (host ints) and the input's shape")
+                      .null_ok("args->biases", "residuals_size reads args->m_splits (host ints) and the input's shape")
+                      .extra("m_splits_sum_short",
+                             [](World &w, args::te_grouped_linear_residuals_size &a) {
+                               te_grouped_linear_forward_args &c = w.keep(*a.args);
+                               c.m_splits = w.keep(std::vector<int64_t>{5, 0, 10}).data();
+                               a.args = &c;
+                             },
+                             invalid("args->m_splits"))
+                      .extra("m_splits_negative",
+                             [](World &w, args::te_grouped_linear_residuals_size &a) {
+                               te_grouped_linear_forward_args &c = w.keep(*a.args);
+                               c.m_splits = w.keep(std::vector<int64_t>{-1, 6, 11}).data();
+                               a.args = &c;
+                             },
+                             invalid("args->m_splits[0]")));
+
+      // forward_compute_into: the forward's checks, then the block's.
+      auto block_extras = [room](auto d) {
+        return d.expect("residuals_bytes:size_max", accept(room))
+            .extra("residuals_bytes_short", [](World &, auto &a) { a.residuals_bytes -= 1; }, invalid("residuals_bytes"))
+            .extra("residuals_misaligned",
+                   [](World &w, auto &a) {
+                     unsigned char *p = static_cast<unsigned char *>(w.block(a.residuals_bytes + 64));
+                     a.residuals = p + 1;
+                   },
+                   invalid("residuals"));
+      };
+      // The block a forward of the world's shapes leaves under the open scope.
+      auto into_block = [](World &w, auto &a, auto size_fn) {
+        size_t n = 0;
+        w.ok(size_fn(a.ctx, a.args, &n), "residuals_size (fixture)");
+        a.residuals = w.block(n);
+        a.residuals_bytes = n;
+        w.watch(a.residuals, n, "residuals");
+      };
+      t.push_back(block_extras(lin_tensors(Def<args::te_linear_forward_compute_into>(
+                                               [into_block](World &w, args::te_linear_forward_compute_into &a) {
+                                                 begin_fp8_scope(w);
+                                                 a.ctx = w.ctx;
+                                                 a.lin = w.lin;
+                                                 a.args = &fwd_args(w);
+                                                 a.y = w.y.get();
+                                                 into_block(w, a, [&a](te_context *c, const te_linear_forward_args *f,
+                                                                       size_t *n) {
+                                                   return te_linear_residuals_size(c, a.lin, f, n);
+                                                 });
+                                               }),
+                                           "args")
+                                   .tensor("y", TE_DTYPE_F32, {N, N})));
+      t.push_back(block_extras(lnl_tensors(Def<args::te_layernorm_linear_forward_compute_into>(
+                                               [into_block](World &w, args::te_layernorm_linear_forward_compute_into &a) {
+                                                 a.m = lnl_new(w, w.ctx);
+                                                 begin_fp8_scope(w);
+                                                 a.ctx = w.ctx;
+                                                 a.args = &lnl_fwd_args(w);
+                                                 a.y = w.y.get();
+                                                 into_block(w, a, [&a](te_context *c,
+                                                                       const te_layernorm_linear_forward_args *f,
+                                                                       size_t *n) {
+                                                   return te_layernorm_linear_residuals_size(c, a.m, f, n);
+                                                 });
+                                               }),
+                                           "args")
+                                   .tensor("y", TE_DTYPE_F32, {N, N})));
+      t.push_back(block_extras(mlp_tensors(Def<args::te_layernorm_mlp_forward_compute_into>(
+                                               [into_block](World &w, args::te_layernorm_mlp_forward_compute_into &a) {
+                                                 a.m = mlp_new(w, w.ctx);
+                                                 begin_fp8_scope(w);
+                                                 a.ctx = w.ctx;
+                                                 a.args = &mlp_fwd_args(w);
+                                                 a.y = w.y.get();
+                                                 into_block(w, a, [&a](te_context *c,
+                                                                       const te_layernorm_mlp_forward_args *f,
+                                                                       size_t *n) {
+                                                   return te_layernorm_mlp_residuals_size(c, a.m, f, n);
+                                                 });
+                                               }),
+                                           "args")
+                                   .tensor("y", TE_DTYPE_F32, {N, N})));
+      t.push_back(block_extras(Def<args::te_grouped_linear_forward_compute_into>(
+                                   [into_block](World &w, args::te_grouped_linear_forward_compute_into &a) {
+                                     a.g = grouped_new(w, w.ctx);
+                                     begin_fp8_scope(w);
+                                     a.ctx = w.ctx;
+                                     a.args = &grouped_fwd_args(w);
+                                     a.y = w.y.get();
+                                     into_block(w, a, [&a](te_context *c, const te_grouped_linear_forward_args *f,
+                                                           size_t *n) { return te_grouped_linear_residuals_size(c, a.g, f, n); });
+                                   })
+                                   .tensor("args->input", TE_DTYPE_F32, {N, N})
+                                   .tensor("y", TE_DTYPE_F32, {N, N})));
+
+      // backward_from: the record of one FP8 forward into a block (scope opened and closed).
+      auto from_extras = [room](auto d) {
+        return d.skip("residuals_bytes:size_max",
+                      std::string(room) + "; an accepted backward_from is a second backward of the pass, which the "
+                      "valid call after it cannot repeat bit for bit (tests/api covers repeated backwards)")
+            .null_ok("args", "args may be NULL (as te_linear_backward)")
+            .extra("residuals_bytes_short", [](World &, auto &a) { a.residuals_bytes -= 1; }, invalid("residuals_bytes"))
+            .extra("residuals_no_forward_filled",
+                   [](World &w, auto &a) { a.residuals = w.block(a.residuals_bytes); }, invalid("residuals"))
+            .extra("flags_unknown",
+                   [](World &w, auto &a) {
+                     te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+                     te_linear_backward_args_init(&b);
+                     b.flags = 0x2;
+                     a.args = &b;
+                   },
+                   invalid("args->flags"));
+      };
+      // Makes the block and its record: forward_compute_into in an FP8 scope of its own.
+      auto fill = [](World &w, auto &a, auto size_fn, auto into_fn) {
+        FixtureScope scope(w, w.ctx, true);
+        size_t n = 0;
+        w.ok(size_fn(&n), "residuals_size (fixture)");
+        void *p = w.block(n);
+        HostTensor &yy = output(w, TE_DTYPE_F32, {N, N});
+        w.ok(into_fn(yy.get(), p, n), "forward_compute_into (fixture)");
+        a.residuals = p;
+        a.residuals_bytes = n;
+      };
+      auto bargs = [](World &w) {
+        te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+        w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+        return &b;
+      };
+      t.push_back(from_extras(lin_tensors(Def<args::te_linear_backward_from>([fill, bargs](World &w,
+                                                                                             args::te_linear_backward_from &a) {
+                                            a.ctx = w.ctx;
+                                            a.lin = static_cast<te_linear *>(w.make("te_linear"));
+                                            a.inputs = &fwd_args(w);
+                                            fill(w, a, [&](size_t *n) { return te_linear_residuals_size(w.ctx, a.lin, a.inputs, n); },
+                                                 [&](te_tensor *y, void *p, size_t n) {
+                                                   return te_linear_forward_compute_into(w.ctx, a.lin, a.inputs, y, p, n);
+                                                 });
+                                            a.dy = w.dy.get();
+                                            a.dx = w.dx.get();
+                                            a.dw = w.dw.get();
+                                            a.db = w.db.get();
+                                            a.args = bargs(w);
+                                          }),
+                                          "inputs")
+                                  .tensor("dy", TE_DTYPE_F32, {N, N})
+                                  .tensor("dx", TE_DTYPE_F32, {N, N})
+                                  .tensor("dw", TE_DTYPE_F32, {N, N})
+                                  .tensor("db", TE_DTYPE_F32, {N})
+                                  .null_ok("dx", "Any of dx, dw, db may be NULL to skip it")
+                                  .null_ok("dw", "Any of dx, dw, db may be NULL to skip it")
+                                  .null_ok("db", "Any of dx, dw, db may be NULL to skip it")
+                                  .null_ok("inputs", "inputs are optional in FP8 (x^T is in the block)")
+                                  .expect("residuals:null", invalid("residuals"))));
+      auto lnl_grads = [](World &w) {
+        te_layernorm_linear_grads &g = w.keep(te_layernorm_linear_grads{});
+        w.ok(te_layernorm_linear_grads_init(&g), "te_layernorm_linear_grads_init");
+        g.dx = w.dx.get();
+        g.dln_weight = output(w, TE_DTYPE_F32, {N}).get();
+        g.dln_bias = output(w, TE_DTYPE_F32, {N}).get();
+        g.dw = w.dw.get();
+        g.db = w.db.get();
+        return &g;
+      };
+      const char *grads_null = "every pointer may be NULL to skip it";
+      t.push_back(from_extras(lnl_tensors(Def<args::te_layernorm_linear_backward_from>(
+                                              [fill, bargs, lnl_grads](World &w, args::te_layernorm_linear_backward_from &a) {
+                                                a.ctx = w.ctx;
+                                                a.m = lnl_new(w, w.ctx);
+                                                a.inputs = &lnl_fwd_args(w);
+                                                fill(w, a,
+                                                     [&](size_t *n) {
+                                                       return te_layernorm_linear_residuals_size(w.ctx, a.m, a.inputs, n);
+                                                     },
+                                                     [&](te_tensor *y, void *p, size_t n) {
+                                                       return te_layernorm_linear_forward_compute_into(w.ctx, a.m, a.inputs,
+                                                                                                       y, p, n);
+                                                     });
+                                                a.dy = w.dy.get();
+                                                a.grads = lnl_grads(w);
+                                                a.args = bargs(w);
+                                              }),
+                                          "inputs")
+                                  .tensor("dy", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dx", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dln_weight", TE_DTYPE_F32, {N})
+                                  .tensor("grads->dln_bias", TE_DTYPE_F32, {N})
+                                  .tensor("grads->dw", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->db", TE_DTYPE_F32, {N})
+                                  .null_ok("grads", "grads and args may be NULL (nothing requested / no flags)")
+                                  .null_ok("grads->dx", grads_null)
+                                  .null_ok("grads->dln_weight", grads_null)
+                                  .null_ok("grads->dln_bias", grads_null)
+                                  .null_ok("grads->dw", grads_null)
+                                  .null_ok("grads->db", grads_null)
+                                  ));
+      auto mlp_grads = [](World &w) {
+        te_layernorm_mlp_grads &g = w.keep(te_layernorm_mlp_grads{});
+        w.ok(te_layernorm_mlp_grads_init(&g), "te_layernorm_mlp_grads_init");
+        g.dx = w.dx.get();
+        g.dln_weight = output(w, TE_DTYPE_F32, {N}).get();
+        g.dln_bias = output(w, TE_DTYPE_F32, {N}).get();
+        g.dfc1_weight = output(w, TE_DTYPE_F32, {N, N}).get();
+        g.dfc1_bias = output(w, TE_DTYPE_F32, {N}).get();
+        g.dfc2_weight = output(w, TE_DTYPE_F32, {N, N}).get();
+        g.dfc2_bias = output(w, TE_DTYPE_F32, {N}).get();
+        return &g;
+      };
+      t.push_back(from_extras(mlp_tensors(Def<args::te_layernorm_mlp_backward_from>(
+                                              [fill, bargs, mlp_grads](World &w, args::te_layernorm_mlp_backward_from &a) {
+                                                a.ctx = w.ctx;
+                                                a.m = mlp_new(w, w.ctx);
+                                                a.inputs = &mlp_fwd_args(w);
+                                                fill(w, a,
+                                                     [&](size_t *n) {
+                                                       return te_layernorm_mlp_residuals_size(w.ctx, a.m, a.inputs, n);
+                                                     },
+                                                     [&](te_tensor *y, void *p, size_t n) {
+                                                       return te_layernorm_mlp_forward_compute_into(w.ctx, a.m, a.inputs, y,
+                                                                                                    p, n);
+                                                     });
+                                                a.dy = w.dy.get();
+                                                a.grads = mlp_grads(w);
+                                                a.args = bargs(w);
+                                              }),
+                                          "inputs")
+                                  .tensor("dy", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dx", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dln_weight", TE_DTYPE_F32, {N})
+                                  .tensor("grads->dln_bias", TE_DTYPE_F32, {N})
+                                  .tensor("grads->dfc1_weight", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dfc1_bias", TE_DTYPE_F32, {N})
+                                  .tensor("grads->dfc2_weight", TE_DTYPE_F32, {N, N})
+                                  .tensor("grads->dfc2_bias", TE_DTYPE_F32, {N})
+                                  .null_ok("grads", "grads and args may be NULL (nothing requested / no flags)")
+                                  .null_ok("grads->dx", grads_null)
+                                  .null_ok("grads->dln_weight", grads_null)
+                                  .null_ok("grads->dln_bias", grads_null)
+                                  .null_ok("grads->dfc1_weight", grads_null)
+                                  .null_ok("grads->dfc1_bias", grads_null)
+                                  .null_ok("grads->dfc2_weight", grads_null)
+                                  .null_ok("grads->dfc2_bias", grads_null)
+                                  ));
+      t.push_back(from_extras(Def<args::te_grouped_linear_backward_from>(
+                                  [fill, bargs](World &w, args::te_grouped_linear_backward_from &a) {
+                                    a.ctx = w.ctx;
+                                    a.g = grouped_new(w, w.ctx);
+                                    a.inputs = &grouped_fwd_args(w);
+                                    fill(w, a,
+                                         [&](size_t *n) { return te_grouped_linear_residuals_size(w.ctx, a.g, a.inputs, n); },
+                                         [&](te_tensor *y, void *p, size_t n) {
+                                           return te_grouped_linear_forward_compute_into(w.ctx, a.g, a.inputs, y, p, n);
+                                         });
+                                    a.dy = w.dy.get();
+                                    a.dx = w.dx.get();
+                                    a.args = bargs(w);
+                                  })
+                                  .tensor("inputs->input", TE_DTYPE_F32, {N, N})
+                                  .tensor("dy", TE_DTYPE_F32, {N, N})
+                                  .tensor("dx", TE_DTYPE_F32, {N, N})
+                                  .null_ok("inputs", "Under FP8 inputs may be NULL")
+                                  .null_ok("dx", "each array, and dx, may be NULL to skip it")
+                                  .null_ok("dw", "each array, and dx, may be NULL to skip it")
+                                  .null_ok("db", "each array, and dx, may be NULL to skip it")
+                                  .expect("residuals:null", invalid("residuals"))
+                                  .extra("inputs_m_splits_differ",
+                                         [](World &w, args::te_grouped_linear_backward_from &a) {
+                                           te_grouped_linear_forward_args &c = w.keep(*a.inputs);
+                                           c.m_splits = w.keep(std::vector<int64_t>{5, 5, 6}).data();
+                                           a.inputs = &c;
+                                         },
+                                         invalid("inputs->m_splits[1]"))));
+    }
     return t;
   }();
   return table;

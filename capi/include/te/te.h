@@ -889,7 +889,7 @@ TE_API void te_layernorm_linear_backward_ctx_destroy(te_layernorm_linear_backwar
  * and the GEMM's activation residual: under FP8 the normalised x^T with its scale_inv, in
  * high precision the normalised x itself, so the size is never 0 and residuals is never
  * NULL. inputs must give x, ln_weight (ln_bias), weight (bias) again, as the forward got them
- * (they may have moved); ln_out and weight_unchanged are not read. */
+ * (they may have moved), checked as the forward checks them (ln_out is not written). */
 TE_API te_status te_layernorm_linear_residuals_size(te_context *ctx, const te_layernorm_linear *m,
                                                     const te_layernorm_linear_forward_args *args,
                                                     size_t *bytes);
@@ -1009,8 +1009,8 @@ TE_API void te_layernorm_mlp_backward_ctx_destroy(te_layernorm_mlp_backward_ctx 
  * residuals: under FP8 fc1's and fc2's x^T with their scale_invs, in high precision the
  * normalised x and the activation's output [tokens, ffn]; so the size is never 0 and
  * residuals is never NULL. inputs must give x, ln_weight (ln_bias) and both weights (biases)
- * again, as the forward got them (they may have moved); ln_out and weight_unchanged are not
- * read. */
+ * again, as the forward got them (they may have moved), checked as the forward checks them
+ * (ln_out is not written). */
 TE_API te_status te_layernorm_mlp_residuals_size(te_context *ctx, const te_layernorm_mlp *m,
                                                  const te_layernorm_mlp_forward_args *args,
                                                  size_t *bytes);

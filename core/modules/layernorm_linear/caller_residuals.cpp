@@ -86,7 +86,6 @@ void layernorm_linear_backward_from(Context &ctx, LayerNormLinear &m, const Laye
   LayerNormLinearSaved &s = *b->saved;
   const int64_t tokens = s.proj.tokens;
   LayerNormLinearForwardArgs in = *inputs;
-  in.ln_out = TensorView();  // an output of the forward: not read
   layernorm_linear_validate(ctx, o, in, TensorView(), "inputs");
   if (inputs->input.rows() != tokens)
     fail(Status::InvalidArgument, "argument 'inputs->input': the forward had %lld rows, got %lld", (long long)tokens,

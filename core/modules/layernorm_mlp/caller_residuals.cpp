@@ -83,7 +83,6 @@ void layernorm_mlp_backward_from(Context &ctx, LayerNormMlp &m, const LayerNormM
   LayerNormMlpSaved &s = *b->saved;
   const int64_t tokens = s.fc1.tokens;
   LayerNormMlpForwardArgs in = *inputs;
-  in.ln_out = TensorView();  // an output of the forward: not read
   layernorm_mlp_validate(ctx, o, in, TensorView(), "inputs");
   if (in.input.rows() != tokens)
     fail(Status::InvalidArgument, "argument 'inputs->input': the forward had %lld rows, got %lld", (long long)tokens,
