@@ -97,7 +97,14 @@ echo "==== [python] examples/python/train_mlp.py"
   failed+=("train_mlp.py")
 echo "==== [python] examples/python/torch_linear.py"
 "$python" examples/python/torch_linear.py || failed+=("torch_linear.py")
-for ex in train_mlp.py torch_linear.py; do
+echo "==== [python] examples/python/train_gpt_torch.py (CPU preset, 30 steps)"
+if "$python" -c 'import torch' >/dev/null 2>&1; then
+  "$python" examples/python/train_gpt_torch.py --preset cpu --steps 30 --log-every 10 \
+    --csv build/release/train_gpt_torch_loss.csv || failed+=("train_gpt_torch.py")
+else
+  echo "SKIPPED: train_gpt_torch.py: PyTorch is not installed"
+fi
+for ex in train_mlp.py torch_linear.py train_gpt_torch.py; do
   echo "==== [python] examples/python/$ex --help"
   help_dir="$(mktemp -d)"
   if (cd "$help_dir" && "$python" "$root/examples/python/$ex" --help) && [[ -z "$(ls -A "$help_dir")" ]]; then
