@@ -68,6 +68,10 @@ enum Op : uint8_t {
   OP_LN_BACKWARD,
   OP_LN_BACKWARD_DESTROY,
   OP_LN_STATE,
+  OP_CR_SIZE,
+  OP_CR_FORWARD,
+  OP_CR_BACKWARD,
+  OP_CR_DESTROY,
   OP_COUNT
 };
 
@@ -80,7 +84,8 @@ inline const char *op_name(uint8_t op) {
       "amax", "gemm", "activation_forward", "activation_backward", "malloc", "free", "copy", "tensor_query",
       "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward",
       "grouped_create", "grouped_destroy", "grouped_forward", "grouped_backward", "grouped_backward_destroy",
-      "grouped_state", "ln_create", "ln_destroy", "ln_forward", "ln_backward", "ln_backward_destroy", "ln_state"};
+      "grouped_state", "ln_create", "ln_destroy", "ln_forward", "ln_backward", "ln_backward_destroy", "ln_state",
+      "cr_size", "cr_forward", "cr_backward", "cr_destroy"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

@@ -22,6 +22,21 @@
 
 namespace fuzz {
 
+// The forward arguments of a caller-memory op (api_caller.h), by kind: 0 te_linear, 1
+// LayerNormLinear, 2 LayerNormMLP, 3 grouped; m*: moved copies of the parameters.
+struct CrArgs {
+  te_tensor x{}, w{}, b{}, gamma{}, beta{}, w2{}, b2{};
+  std::vector<te_tensor> ew, eb;
+  std::vector<const te_tensor *> ewp, ebp;
+  std::vector<int64_t> splits;
+  te_linear_forward_args la{};
+  te_layernorm_linear_forward_args nla{};
+  te_layernorm_mlp_forward_args nma{};
+  te_grouped_linear_forward_args ga{};
+  Blob mx, mw, mb, mg, mbeta, mw2, mb2;
+  const void *args(int kind) const;
+};
+
 // ---- the program ---------------------------------------------------------------------------
 
 class Program {
@@ -159,8 +174,34 @@ class Program {
     bool once_done = false;
   };
 
+  // A caller-memory forward (api_caller.h): its layer, and the block it filled.
+  struct CrLayer {
+    int kind = 0;  // 0 linear, 1 LayerNormLinear, 2 LayerNormMLP, 3 grouped
+    void *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    int64_t in = 16, out = 16;
+    int bias = 1, dt = TE_DTYPE_BF16, fuse = 0, n = 1;
+    LnCfg ln;
+    LinBufs *lb = nullptr;
+    LnBufs *nb = nullptr;
+    MoeBufs *mb = nullptr;
+  };
+  static constexpr int kCrSlots = 4;
+  struct CrSlot {
+    bool filled = false, once_done = false;
+    CrLayer layer;
+    int ctx = 0, fp8 = 0;
+    int64_t tokens = 16;
+    std::vector<int64_t> splits;
+    uint8_t *mem = nullptr;           // owned (free)
+    uint8_t *block = nullptr;         // what the forward got (mem, or NULL)
+    size_t bytes = 0;
+  };
+
   Reader &R;
   uint32_t serial_ = 0;
+  CrSlot cr_[kCrSlots];
   CtxSlot ctx_[kCtxSlots];
   std::vector<te_context *> dead_ctx_;
   RecipeSlot rec_[kRecipeSlots];
@@ -319,6 +360,19 @@ class Program {
                          const std::vector<uint8_t> &original);
   void ln_drop_context(int slot);
 
+  // ---- residuals in the caller's memory (api_caller.h) ----
+  bool cr_layer(int family, int slot, CrLayer &L);
+  bool cr_live(const CrLayer &L) const;
+  std::vector<uint8_t> cr_state(const CrLayer &L);
+  void cr_args(const CrLayer &L, int64_t tokens, const std::vector<int64_t> &splits, int mode, CrArgs &A);
+  te_status cr_size_call(int kind, te_context *ctx, void *h, const void *a, size_t *bytes);
+  bool cr_pick(CrLayer &L, int64_t &tokens, std::vector<int64_t> &splits, bool &mf);
+  void cr_clear(CrSlot &S);
+  void cr_size();
+  void cr_forward();
+  void cr_backward();
+  void cr_destroy();
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -418,6 +472,10 @@ class Program {
       case OP_LN_BACKWARD: ln_backward(); break;
       case OP_LN_BACKWARD_DESTROY: ln_backward_destroy(); break;
       case OP_LN_STATE: ln_state_op(); break;
+      case OP_CR_SIZE: cr_size(); break;
+      case OP_CR_FORWARD: cr_forward(); break;
+      case OP_CR_BACKWARD: cr_backward(); break;
+      case OP_CR_DESTROY: cr_destroy(); break;
       default: break;
     }
   }
@@ -454,6 +512,7 @@ class Program {
         te_group_destroy(g.h);
         g.live = false;
       }
+    for (auto &c : cr_) cr_clear(c);  // the layers (and their records) went first
     all_bufs_.clear();
   }
 };
@@ -469,4 +528,5 @@ class Program {
 #include "api_norm.h"
 #include "api_grouped.h"
 #include "api_layernorm.h"
+#include "api_caller.h"
 #include "api_misc.h"

@@ -223,6 +223,10 @@ void api_corpus(const std::string &dir) {
        {OP_LN_CREATE, OP_LN_FORWARD, OP_LN_BACKWARD, OP_AUTOCAST_BEGIN, OP_LN_FORWARD, OP_LN_FORWARD, OP_AUTOCAST_END,
         OP_LN_BACKWARD, OP_LN_BACKWARD, OP_LN_STATE, OP_LN_STATE, OP_LN_STATE, OP_LN_BACKWARD_DESTROY, OP_LN_DESTROY,
         OP_LN_FORWARD}},
+      {"caller-residuals",
+       {OP_LINEAR_CREATE, OP_CR_SIZE, OP_CR_FORWARD, OP_CR_BACKWARD, OP_AUTOCAST_BEGIN, OP_CR_SIZE, OP_CR_FORWARD,
+        OP_CR_FORWARD, OP_CR_BACKWARD, OP_AUTOCAST_END, OP_CR_BACKWARD, OP_CR_BACKWARD, OP_CR_DESTROY,
+        OP_CR_BACKWARD}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
@@ -274,6 +278,31 @@ void api_corpus(const std::string &dir) {
        {OP_LN_CREATE, OP_AUTOCAST_BEGIN, OP_LN_FORWARD, OP_AUTOCAST_END, OP_LN_DESTROY, OP_LN_BACKWARD, OP_LN_FORWARD,
         OP_LN_STATE},
        {{0, 0, 200}, {}, {0}, {}, {0}, {0}, {1}, {0}}},
+      // residuals in the caller's memory for a LayerNormLinear, a LayerNormMLP and a grouped linear
+      // in an FP8 pass and outside it: size, forward_compute_into, backward_from (TE_BACKWARD_ONCE,
+      // then again: stale), a layer destroyed with its records pending
+      {"aim-caller-residuals-modules",
+       {OP_LN_CREATE, OP_LN_CREATE, OP_GROUPED_CREATE, OP_AUTOCAST_BEGIN, OP_CR_SIZE, OP_CR_SIZE, OP_CR_FORWARD,
+        OP_CR_FORWARD, OP_CR_FORWARD, OP_AUTOCAST_END, OP_CR_BACKWARD, OP_CR_BACKWARD, OP_CR_BACKWARD, OP_CR_FORWARD,
+        OP_CR_BACKWARD, OP_CR_BACKWARD, OP_CR_DESTROY, OP_CR_BACKWARD},
+       {{0, 0, 200},
+        {1},
+        {},
+        {},
+        {1, 0},
+        {2, 0},
+        {0, 1, 0},
+        {1, 1, 1},
+        {2, 2, 0},
+        {},
+        {0},
+        {1},
+        {2, 0, 0, 0, 0, 1},
+        {3, 1, 0},
+        {2, 0, 0, 0, 0, 1},
+        {2},
+        {0},
+        {0}}},
   };
   for (const Aimed &a : aimed) {
     Reader rec(a.ops, 99, 0, a.args);
