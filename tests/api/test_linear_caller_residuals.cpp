@@ -137,6 +137,15 @@ TEST(CallerResidualsHighPrecision, LeavesNothingAndBackwardReadsInputs) {
   EXPECT_TRUE(lt::bitwise_equal(ga.dx, gc.dx));
   EXPECT_TRUE(lt::bitwise_equal(ga.dw, gc.dw));
   EXPECT_TRUE(lt::bitwise_equal(ga.db, gc.db));
+  // The backward never reads b: inputs without it give the same gradients.
+  Grads gn;
+  te_linear_forward_args no_bias = fa;
+  no_bias.bias = nullptr;
+  ASSERT_TE_OK(te_linear_backward_from(ctx.get(), c.get(), &no_bias, nullptr, 0, d.dy.get(), gn.dx.get(),
+                                       gn.dw.get(), gn.db.get(), &none));
+  EXPECT_TRUE(lt::bitwise_equal(ga.dx, gn.dx));
+  EXPECT_TRUE(lt::bitwise_equal(ga.dw, gn.dw));
+  EXPECT_TRUE(lt::bitwise_equal(ga.db, gn.db));
   // Without inputs there is nothing to differentiate against.
   EXPECT_EQ(te_linear_backward_from(ctx.get(), c.get(), nullptr, nullptr, 0, d.dy.get(), gc.dx.get(), nullptr,
                                     nullptr, &none),

@@ -563,7 +563,8 @@ TE_API te_status te_linear_forward_compute_into(te_context *ctx, te_linear *lin,
 /* Errors: as te_linear_backward, and INVALID_ARGUMENT for residual memory that no FP8
  * forward_compute_into of this layer filled (or whose record was dropped), or inputs whose
  * shapes differ from the forward's. With residuals NULL and residuals_bytes 0 the backward
- * is the high-precision one over inputs->input and inputs->weight. */
+ * is the high-precision one over inputs->input and inputs->weight. inputs->bias is never
+ * read and may be NULL; one that is given is checked as the forward checks it. */
 TE_API te_status te_linear_backward_from(te_context *ctx, te_linear *lin,
                                          const te_linear_forward_args *inputs,
                                          const void *residuals, size_t residuals_bytes,

@@ -764,7 +764,8 @@ end
 # Errors: as te_linear_backward, and INVALID_ARGUMENT for residual memory that no FP8
 # forward_compute_into of this layer filled (or whose record was dropped), or inputs whose
 # shapes differ from the forward's. With residuals NULL and residuals_bytes 0 the backward
-# is the high-precision one over inputs->input and inputs->weight.
+# is the high-precision one over inputs->input and inputs->weight. inputs->bias is never
+# read and may be NULL; one that is given is checked as the forward checks it.
 # C: te_status te_linear_backward_from(te_context *ctx, te_linear *lin, const te_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, te_tensor *dx, te_tensor *dw, te_tensor *db, const te_linear_backward_args *args)
 function te_linear_backward_from(ctx, lin, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
     ccall((:te_linear_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_linear}, Ptr{te_linear_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_linear_backward_args}), ctx, lin, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
