@@ -92,6 +92,19 @@ void *ResidualRecords::find(const void *key, size_t *bytes) const {
   return nullptr;
 }
 
+void *ResidualRecords::lookup(const void *block, size_t bytes) const {
+  size_t need = 0;
+  void *r = find(block, &need);
+  if (!r)
+    fail(Status::InvalidArgument,
+         "argument 'residuals': no forward_compute_into of this module left residuals at %p (or its record was "
+         "dropped: by a TE_BACKWARD_ONCE backward, or by %d later forwards into other memory)",
+         block, kResidualRecords);
+  if (bytes < need)
+    fail(Status::InvalidArgument, "argument 'residuals_bytes': the forward left %zu bytes there, got %zu", need, bytes);
+  return r;
+}
+
 void ResidualRecords::erase(const void *key) {
   for (Entry &e : entries_)
     if (e.record && e.key == key) {

@@ -74,6 +74,10 @@ class ResidualRecords {
   void put(const void *key, void *record, size_t bytes = 0);
   // The record of `key` (nullptr: none) and the bytes its forward left there.
   void *find(const void *key, size_t *bytes = nullptr) const;
+  // The record a backward_from names: INVALID_ARGUMENT when `block` holds none (never filled, or
+  // dropped by a TE_BACKWARD_ONCE backward or by kResidualRecords later forwards) or `bytes` is
+  // less than the forward left there.
+  void *lookup(const void *block, size_t bytes) const;
   void erase(const void *key);
   void clear();
 

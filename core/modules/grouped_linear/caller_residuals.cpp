@@ -78,16 +78,7 @@ void grouped_linear_backward_from(Context &ctx, GroupedLinear &g, const GroupedL
                                   const void *block, size_t bytes, const GroupedLinearBackwardArgs &args) {
   const GroupedLinearOptions &o = g.options();
   if (block) {
-    size_t need = 0;
-    auto *b = static_cast<GroupedLinearBackwardCtx *>(g.records().find(block, &need));
-    if (!b || !b->saved)
-      fail(Status::InvalidArgument,
-           "argument 'residuals': no FP8 forward_compute_into of this layer left residuals at %p (or its record "
-           "was dropped: by a TE_BACKWARD_ONCE backward, or by %d later forwards into other memory)",
-           block, kResidualRecords);
-    if (bytes < need)
-      fail(Status::InvalidArgument, "argument 'residuals_bytes': the forward left %zu bytes there, got %zu", need,
-           bytes);
+    auto *b = static_cast<GroupedLinearBackwardCtx *>(g.records().lookup(block, bytes));
     if (inputs) check_inputs(ctx, o, *inputs, b->saved);  // not needed in FP8, but checked when given
     grouped_linear_backward(ctx, *b, args);
     if (args.once) g.records().erase(block);

@@ -69,15 +69,7 @@ void layernorm_mlp_backward_from(Context &ctx, LayerNormMlp &m, const LayerNormM
   if (!block)
     fail(Status::InvalidArgument,
          "argument 'residuals': NULL, but every forward_compute_into of a layernorm_mlp leaves residuals");
-  size_t need = 0;
-  auto *b = static_cast<LayerNormMlpBackwardCtx *>(m.records().find(block, &need));
-  if (!b || !b->saved)
-    fail(Status::InvalidArgument,
-         "argument 'residuals': no forward_compute_into of this module left residuals at %p (or its record was "
-         "dropped: by a TE_BACKWARD_ONCE backward, or by %d later forwards into other memory)",
-         block, kResidualRecords);
-  if (bytes < need)
-    fail(Status::InvalidArgument, "argument 'residuals_bytes': the forward left %zu bytes there, got %zu", need, bytes);
+  auto *b = static_cast<LayerNormMlpBackwardCtx *>(m.records().lookup(block, bytes));
   if (!inputs)
     fail(Status::InvalidArgument, "argument 'inputs': NULL, but the backward reads x and ln_weight (and W) again");
   LayerNormMlpSaved &s = *b->saved;

@@ -37,7 +37,7 @@ void linear_forward_compute_into(Context &ctx, Linear &lin, const LinearForwardA
   saved->retire();  // no public handle names the residuals or the context kept for them
   b->retire();
   b->saved = std::move(saved);
-  lin.records().put(block, b);
+  lin.records().put(block, b, need);
 }
 
 namespace {
@@ -68,17 +68,8 @@ void linear_backward_from(Context &ctx, Linear &lin, const LinearForwardArgs *in
                           const LinearBackwardArgs &args) {
   const LinearOptions &o = lin.options();
   if (block) {
-    auto *b = static_cast<LinearBackwardCtx *>(lin.records().find(block));
-    if (!b || !b->saved)
-      fail(Status::InvalidArgument,
-           "argument 'residuals': no FP8 forward_compute_into of this layer left residuals at %p (or its record "
-           "was dropped: by a TE_BACKWARD_ONCE backward, or by %d later forwards into other memory)",
-           block, kResidualRecords);
+    auto *b = static_cast<LinearBackwardCtx *>(lin.records().lookup(block, bytes));
     const int64_t tokens = b->saved->proj.tokens;
-    const size_t need = col_residual_bytes(b->saved->proj.x.col.scaling, tokens, o.in_features);
-    if (bytes < need)
-      fail(Status::InvalidArgument, "argument 'residuals_bytes': the forward left %zu bytes there, got %zu", need,
-           bytes);
     if (inputs) check_inputs(ctx, o, *inputs, tokens);  // not needed in FP8, but checked when given
     linear_backward(ctx, *b, args);
     if (args.once) lin.records().erase(block);
