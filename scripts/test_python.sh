@@ -65,8 +65,10 @@ else
     [[ -n "$reason" ]] && break
   done
   if [[ -z "$reason" ]]; then
-    echo "==== [python] pip install torch (PyPI's wheel, ~5 GB)"
-    if ! "$python" -m pip install --quiet torch; then
+    # The version libte.torch is tested with here and on the GPU machine (PyTorch 2.11); any
+    # other PyPI version when that one cannot be had for this Python.
+    echo "==== [python] pip install torch==2.11.* (PyPI's wheel, ~5 GB)"
+    if ! "$python" -m pip install --quiet 'torch==2.11.*' && ! "$python" -m pip install --quiet torch; then
       reason="python3 -m pip install torch failed"
     elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
       reason="torch installed but does not import"
