@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/attention_args.h"
 #include "numerics/norm.h"
 #include "numerics/numerics.h"
 #include "base/types.h"
@@ -144,6 +145,10 @@ class Backend {
   virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
   virtual void norm_forward(const NormForwardArgs &args) = 0;
   virtual void norm_backward(const NormBackwardArgs &args) = 0;
+  // Scaled dot-product attention and rotary embeddings (attention_args.h).
+  virtual void attention_forward(const AttentionForwardArgs &args) = 0;
+  virtual void attention_backward(const AttentionBackwardArgs &args) = 0;
+  virtual void rope(const RopeArgs &args) = 0;
 
   // ---- scratch ----
   // What gemm / cast_transpose / block_quantize with these arguments take from the cache, added
@@ -158,6 +163,8 @@ class Backend {
                                ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_forward(const NormForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_backward(const NormBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_attention_forward(const AttentionForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_attention_backward(const AttentionBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   // Makes the cache hold every block of `plan` at once; afterwards the planned calls allocate
   // nothing. Throws OutOfMemory (and then nothing changed).
   virtual void reserve(const ScratchPlan & /*plan*/) {}

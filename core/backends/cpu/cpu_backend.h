@@ -6,6 +6,7 @@
 //   cpu_gemm.cpp        GEMM with the bias/GELU/accumulate epilogue
 //   cpu_activation.cpp  ReLU/GELU/SwiGLU forward and backward, bias gradient
 //   cpu_norm.cpp        LayerNorm/RMSNorm forward (with the fused FP8 cast) and backward
+//   cpu_attention.cpp   scaled dot-product attention forward and backward, RoPE
 #pragma once
 
 #include "backends/cpu/cpu_allocator.h"
@@ -43,6 +44,9 @@ class CpuBackend final : public Backend {
   void bias_grad(const TensorView &dy, const TensorView &db) override;
   void norm_forward(const NormForwardArgs &args) override;
   void norm_backward(const NormBackwardArgs &args) override;
+  void attention_forward(const AttentionForwardArgs &args) override;
+  void attention_backward(const AttentionBackwardArgs &args) override;
+  void rope(const RopeArgs &args) override;
 
   void plan_gemm(const GemmArgs &args, ScratchPlan *plan) const override;
   void plan_cast_transpose(const TensorView &x, const TensorView *out, const TensorView *out_t,

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_sdpa.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/lt_gemm.h"
 #include "base/check.h"
@@ -17,23 +18,6 @@ void fail_cuda(const char *call, cudaError_t err) {
 }
 
 namespace {
-
-// Makes `device` current for the scope of one backend call, restoring the caller's device:
-// a program may drive several GPUs from one thread through several contexts.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    TE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) TE_CUDA_CHECK(cudaSetDevice(device));
-    device_ = device;
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0, device_ = 0;
-};
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
 

@@ -13,6 +13,7 @@
 namespace te::cuda {
 
 class LtGemm;
+class CudnnSdpa;
 
 class CudaBackend final : public Backend {
  public:
@@ -47,6 +48,11 @@ class CudaBackend final : public Backend {
   void norm_forward(const NormForwardArgs &args) override;
   void norm_backward(const NormBackwardArgs &args) override;
   void plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const override;
+  void attention_forward(const AttentionForwardArgs &args) override;
+  void attention_backward(const AttentionBackwardArgs &args) override;
+  void rope(const RopeArgs &args) override;
+  void plan_attention_forward(const AttentionForwardArgs &args, ScratchPlan *plan) const override;
+  void plan_attention_backward(const AttentionBackwardArgs &args, ScratchPlan *plan) const override;
 
   void gather_amax(const ScaleUpdateItem *items, int n, float *packed) override;
   void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax) override;
@@ -57,6 +63,15 @@ class CudaBackend final : public Backend {
   void *workspace_ = nullptr;      // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
   std::unique_ptr<LtGemm> gemm_;
+  // Attention (attention_dispatch.cpp): cuDNN's fused SDPA where it applies, else libte's
+  // kernels; TE_ATTENTION_IMPL=kernel|cudnn|auto (default auto) chooses, read once.
+  enum class AttentionImpl { Auto, Kernel, Cudnn };
+  static AttentionImpl attention_impl_from_env();
+  AttentionImpl attention_impl_ = attention_impl_from_env();
+  mutable bool sdpa_tried_ = false;
+  mutable const char *sdpa_why_ = nullptr;
+  mutable std::unique_ptr<CudnnSdpa> sdpa_;
+  CudnnSdpa *sdpa() const;  // loads cuDNN on first use; nullptr when unavailable
 };
 
 }  // namespace te::cuda

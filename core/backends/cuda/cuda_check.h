@@ -18,3 +18,26 @@ namespace te::cuda {
 
 // After a kernel launch: a bad configuration is reported by the launch itself.
 #define TE_CUDA_CHECK_LAUNCH() TE_CUDA_CHECK(cudaGetLastError())
+
+namespace te::cuda {
+
+// Makes `device` current for the scope of one backend call, restoring the caller's device:
+// a program may drive several GPUs from one thread through several contexts.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) TE_CUDA_CHECK(cudaSetDevice(device));
+    device_ = device;
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+
+ private:
+  int previous_ = 0, device_ = 0;
+};
+
+}  // namespace te::cuda
