@@ -1,7 +1,7 @@
 // The definition of libte's attention and rotary-embedding numerics. The CPU backend computes
-// exactly this (fp32 throughout; fp64 only where said); GPU kernels compute the same formulas in
-// a different order (tiles, online softmax), so they agree with the CPU within rounding, not bit
-// for bit, except where said.
+// these formulas row by row, accumulating dot products and sums in fp64 (scores, P and the
+// outputs are rounded to fp32); GPU kernels compute them in fp32 in another order (tiles, online
+// softmax), so attention agrees with the CPU within rounding, not bit for bit. RoPE is bit-exact.
 //
 // Attention forward, per sequence, query head h (kv head g = h / (heads / kv_heads)), query i:
 //   S[i, j]  = scale * dot(q[i], k[j])  for the keys j the mask lets i see (fp32 dot; FP8:
@@ -17,8 +17,7 @@
 //                                             dp_scale_inv in the GEMMs below)
 //   dQ[i] = scale * sum_j dS[i, j] k[j];  dK[j] = scale * sum_{i, h in g} dS[i, j] q[i]
 //   dV[j] = sum_{i, h in g} P[i, j] dO[i]   (FP8: P8 and dO8, times s_scale_inv, dO.scale_inv)
-// exp and log are the C library's expf/logf on the CPU and __expf-free expf/logf on CUDA; the
-// tolerance of the CPU/GPU comparisons is stated in the gpu tests.
+// The tolerances of the CPU/GPU comparisons are stated in the gpu tests.
 //
 // RoPE: c = (float)cos((double)angle), s = (float)sin((double)angle), so that CPU and GPU get
 // the same c and s (double sin/cos round to the same float except in rare near-ties); then
