@@ -119,7 +119,8 @@ typedef enum te_dtype {
   TE_DTYPE_F16 = 1,
   TE_DTYPE_BF16 = 2,
   TE_DTYPE_E4M3 = 3, /* FP8 e4m3fn: max 448, no infinities, one NaN code per sign */
-  TE_DTYPE_E5M2 = 4  /* FP8 e5m2: max 57344, IEEE-style inf and NaN */
+  TE_DTYPE_E5M2 = 4, /* FP8 e5m2: max 57344, IEEE-style inf and NaN */
+  TE_DTYPE_I32 = 5   /* int32: sequence offsets (attention's cu_seqlens) */
 } te_dtype;
 
 /* How an FP8 tensor's scale_inv is laid out. */
@@ -1151,6 +1152,198 @@ TE_API te_status te_grouped_linear_state_save(te_context *ctx, const te_grouped_
                                               void *buf, size_t capacity, size_t *size);
 TE_API te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear *g,
                                               const void *buf, size_t size);
+
+
+/* ------------------------------------------------------------------------- */
+/* Attention                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/* Scaled dot-product attention, TE's DotProductAttention: O = softmax(scale *
+ * Q K^T + mask) V for every sequence and query head, with te_linear's module
+ * contract (options, create/destroy, a pure forward_compute that fills a
+ * residuals struct, forward_save, forward, a backward callable again with
+ * identical results until its context is destroyed or TE_BACKWARD_ONCE,
+ * scaling-state inspection, state save/load, residuals in the caller's memory).
+ *
+ * Layouts (row-major, contiguous), `heads` query heads and `kv_heads` key/value
+ * heads (GQA/MQA: query head h reads kv head h / (heads / kv_heads)):
+ *  - BSHD, fixed lengths: q [batch, seq_q, heads, head_dim], k and v
+ *    [batch, seq_kv, kv_heads, head_dim]; cu_seqlens NULL.
+ *  - THD, variable lengths (padded batches waste nothing): q [tokens_q, heads,
+ *    head_dim], k and v [tokens_kv, kv_heads, head_dim], and cu_seqlens_q /
+ *    cu_seqlens_kv: TE_DTYPE_I32 [batch + 1] on the context's device, sequence b
+ *    being rows [cu[b], cu[b+1]) (TE's cu_seqlens); max_seqlen_q / _kv bound
+ *    every length. On a CPU context the offsets are validated (start at 0, never
+ *    decrease, end at the token count, lengths within max_seqlen: INVALID_ARGUMENT
+ *    otherwise). On a CUDA context they are device memory that libte does not
+ *    read back (no synchronisation): bad offsets there give wrong numbers, never
+ *    an access out of bounds (kernels clamp them).
+ * Masks: NONE; CAUSAL, key j visible to query i iff j <= i (top-left, TE's
+ * "causal"); CAUSAL_BOTTOM_RIGHT, iff j <= i + seq_kv - seq_q. A query that sees
+ * no key gets O = 0 and no gradient. head_dim: a multiple of 8, at most 256.
+ * Dropout is not offered. Packed QKV is not accepted: pass three views.
+ *
+ * FP8 (options.fp8 = 1, TE's recipe.fp8_dpa): inside an FP8 autocast scope of a
+ * DELAYED or CURRENT recipe the attention quantizes Q, K and V to E4M3 (their
+ * scaling states TE_ATTN_Q/K/V), runs both GEMMs on FP8 operands, quantizes the
+ * softmax output P to E4M3 (state TE_ATTN_S) and in backward dO (TE_ATTN_DO,
+ * E5M2 under HYBRID) and dS = P * (dP - D) (TE_ATTN_DP, the backward format).
+ * Delayed scaling registers Q, K, V, S into the scope's forward bucket and DO,
+ * DP into its backward bucket, like any module's states. Current scaling
+ * quantizes Q, K, V, dO and dS with their own amaxes (dS in a first pass over
+ * the scores) and P with the fixed bound amax 1 (P <= 1). Where libte differs
+ * from TE: O leaves (and dQ, dK, dV leave) in the activation dtype, never FP8, so
+ * there is no O state (TE's fp8_mha=False); block-scaling recipes are refused
+ * (UNSUPPORTED: TE's FP8 attention is per-tensor too). Outside FP8 scopes, and
+ * with fp8 = 0 (the default, as TE's fp8_dpa=False), attention runs in the
+ * activation dtype. Calibration (autocast calibrating) records nothing here.
+ *
+ * CUDA runs cuDNN's fused attention where cuDNN is loadable (libcudnn.so.9 on
+ * the library path) and supports the call, libte's own kernels otherwise;
+ * TE_ATTENTION_IMPL=kernel|cudnn forces one. */
+typedef enum te_attn_mask {
+  TE_ATTN_MASK_NONE = 0,
+  TE_ATTN_MASK_CAUSAL = 1,
+  TE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT = 2
+} te_attn_mask;
+
+typedef struct te_attention te_attention;
+
+typedef struct te_attention_options {
+  size_t struct_size;
+  int32_t num_heads;          /* required, > 0 */
+  int32_t num_kv_heads;       /* default 0: num_heads; must divide num_heads */
+  int32_t head_dim;           /* required, a multiple of 8 in 8..256 */
+  float softmax_scale;        /* default 0: 1 / sqrt(head_dim); else finite, > 0 */
+  te_attn_mask mask;          /* default NONE */
+  te_dtype activation_dtype;  /* F32, F16 or BF16 (default BF16) */
+  int32_t fp8;                /* default 0: see above */
+} te_attention_options;
+
+TE_API te_status te_attention_options_init(te_attention_options *opts);
+/* Errors: INVALID_ARGUMENT (a field out of range, named). */
+TE_API te_status te_attention_create(te_attention **out, te_context *ctx,
+                                     const te_attention_options *opts);
+TE_API void te_attention_destroy(te_attention *m);
+
+typedef struct te_attention_forward_args {
+  size_t struct_size;
+  const te_tensor *q, *k, *v;
+  const te_tensor *cu_seqlens_q, *cu_seqlens_kv; /* THD; both NULL for BSHD */
+  int64_t max_seqlen_q, max_seqlen_kv;           /* THD: required, > 0 */
+} te_attention_forward_args;
+
+TE_API te_status te_attention_forward_args_init(te_attention_forward_args *args);
+
+/* Views of library-owned storage (or of the caller's tensors); set
+ * struct_size before the call. */
+typedef struct te_attention_residuals {
+  size_t struct_size;
+  te_tensor q, k, v; /* FP8: the E4M3 copies with scale_inv; else the caller's */
+  te_tensor o;       /* the forward's output (the caller's) */
+  te_tensor lse;     /* F32 [tokens_q, heads]: the rows' log-sum-exp */
+  int32_t fp8;
+  void *internal;    /* a handle owned by one struct: do not touch */
+} te_attention_residuals;
+
+/* o: like q (shape and dtype). q, k, v (and the offsets) are referenced by
+ * the residuals in high precision, and o always: keep them alive and unchanged
+ * until the backward context is destroyed. Errors: INVALID_ARGUMENT (a tensor
+ * of the wrong dtype, device or shape, naming it; head counts or head_dim not
+ * the layer's; batch of q and k differing; one cu_seqlens without the other,
+ * offsets not I32 [batch + 1], offsets that do not increase (CPU)), UNSUPPORTED
+ * (FP8 attention under a block-scaling recipe; a shape the device cannot do). */
+TE_API te_status te_attention_forward_compute(te_context *ctx, te_attention *m,
+                                              const te_attention_forward_args *args,
+                                              te_tensor *o, te_attention_residuals *residuals);
+TE_API void te_attention_residuals_release(te_attention_residuals *residuals);
+
+typedef struct te_attention_backward_ctx te_attention_backward_ctx;
+
+TE_API te_status te_attention_forward_save(te_context *ctx, te_attention *m,
+                                           te_attention_residuals *residuals,
+                                           te_attention_backward_ctx **out);
+TE_API te_status te_attention_forward(te_context *ctx, te_attention *m,
+                                      const te_attention_forward_args *args, te_tensor *o,
+                                      te_attention_backward_ctx **out);
+
+/* The gradients backward writes, each like its input; any may be NULL. */
+typedef struct te_attention_grads {
+  size_t struct_size;
+  te_tensor *dq, *dk, *dv;
+} te_attention_grads;
+
+TE_API te_status te_attention_grads_init(te_attention_grads *grads);
+
+/* d_o like q -> dq, dk, dv (written, not accumulated; dk and dv sum the query
+ * heads of each GQA group). grads and args may be NULL. Errors: as
+ * te_linear_backward. */
+TE_API te_status te_attention_backward(te_context *ctx, te_attention_backward_ctx *bwd,
+                                       const te_tensor *d_o, const te_attention_grads *grads,
+                                       const te_linear_backward_args *args);
+TE_API void te_attention_backward_ctx_destroy(te_attention_backward_ctx *bwd);
+
+/* Residuals in the caller's memory: as te_linear's caller-memory calls (records,
+ * 16-byte alignment, errors). The block holds the LSE (F32 [tokens_q, heads]) and
+ * under FP8 the E4M3 Q, K, V with their scale_inv, so it is never empty.
+ * backward_from takes the forward's inputs again (they may have moved; in high
+ * precision q, k, v are read from them) and its output o. */
+TE_API te_status te_attention_residuals_size(te_context *ctx, const te_attention *m,
+                                             const te_attention_forward_args *args, size_t *bytes);
+TE_API te_status te_attention_forward_compute_into(te_context *ctx, te_attention *m,
+                                                   const te_attention_forward_args *args,
+                                                   te_tensor *o, void *residuals,
+                                                   size_t residuals_bytes);
+TE_API te_status te_attention_backward_from(te_context *ctx, te_attention *m,
+                                            const te_attention_forward_args *inputs,
+                                            const te_tensor *o, const void *residuals,
+                                            size_t residuals_bytes, const te_tensor *d_o,
+                                            const te_attention_grads *grads,
+                                            const te_linear_backward_args *args);
+
+/* The scaling states of FP8 attention. */
+typedef enum te_attention_tensor {
+  TE_ATTN_Q = 0,
+  TE_ATTN_K = 1,
+  TE_ATTN_V = 2,
+  TE_ATTN_S = 3,  /* the softmax output P */
+  TE_ATTN_DO = 4, /* backward: dO */
+  TE_ATTN_DP = 5  /* backward: dS = P * (dP - D) */
+} te_attention_tensor;
+
+TE_API te_status te_attention_get_scaling_state(te_context *ctx, const te_attention *m,
+                                                te_attention_tensor which,
+                                                te_scaling_state_info *info, float *history,
+                                                size_t history_cap);
+TE_API te_status te_attention_state_save(te_context *ctx, const te_attention *m, void *buf,
+                                         size_t capacity, size_t *size);
+TE_API te_status te_attention_state_load(te_context *ctx, te_attention *m, const void *buf,
+                                         size_t size);
+
+/* Rotary position embedding (RoPE), TE's fused rope, as an op the attention's
+ * inputs pass through: the first rot_dim features of every head of x
+ * (BSHD [batch, seq, heads, head_dim], or THD [tokens, heads, head_dim] with
+ * cu_seqlens I32 [batch + 1]) rotate by the angle freqs[p, k] of the token's
+ * position p in its sequence (freqs: F32 [positions, rot_dim / 2], positions >=
+ * every sequence's length; TE's freqs hold each angle twice, libte once), pair k
+ * being features (k, k + rot_dim/2) (GPT-NeoX, TE's default) or (2k, 2k+1)
+ * with interleaved = 1 (GPT-J): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin. The
+ * other features are copied. y is like x and may be x itself (in place).
+ * Bit-identical on the CPU and the GPU. Backward is the inverse rotation:
+ * te_rope_backward(dy -> dx). Errors: INVALID_ARGUMENT (shapes, dtypes, rot_dim
+ * odd or above head_dim, positions beyond freqs (CPU), offsets as attention's). */
+typedef struct te_rope_options {
+  size_t struct_size;
+  int32_t rot_dim;     /* default 0: head_dim; else even, in 2..head_dim */
+  int32_t interleaved; /* default 0 */
+} te_rope_options;
+
+TE_API te_status te_rope_options_init(te_rope_options *opts);
+TE_API te_status te_rope_forward(te_context *ctx, const te_rope_options *opts, const te_tensor *x,
+                                 const te_tensor *freqs, const te_tensor *cu_seqlens, te_tensor *y);
+TE_API te_status te_rope_backward(te_context *ctx, const te_rope_options *opts,
+                                  const te_tensor *dy, const te_tensor *freqs,
+                                  const te_tensor *cu_seqlens, te_tensor *dx);
 
 #ifdef __cplusplus
 } /* extern "C" */
