@@ -142,6 +142,9 @@ impl te_dtype {
 impl te_dtype {
     pub const TE_DTYPE_E5M2: te_dtype = te_dtype(4);
 }
+impl te_dtype {
+    pub const TE_DTYPE_I32: te_dtype = te_dtype(5);
+}
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct te_dtype(pub ::std::os::raw::c_uint);
@@ -4848,5 +4851,868 @@ extern "C" {
         g: *mut te_grouped_linear,
         buf: *const ::std::os::raw::c_void,
         size: usize,
+    ) -> te_status;
+}
+impl te_attn_mask {
+    pub const TE_ATTN_MASK_NONE: te_attn_mask = te_attn_mask(0);
+}
+impl te_attn_mask {
+    pub const TE_ATTN_MASK_CAUSAL: te_attn_mask = te_attn_mask(1);
+}
+impl te_attn_mask {
+    pub const TE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT: te_attn_mask = te_attn_mask(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_attn_mask(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention_options {
+    pub struct_size: usize,
+    pub num_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub softmax_scale: f32,
+    pub mask: te_attn_mask,
+    pub activation_dtype: te_dtype,
+    pub fp8: i32,
+}
+#[test]
+fn bindgen_test_layout_te_attention_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_attention_options>(),
+        40usize,
+        concat!("Size of: ", stringify!(te_attention_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_attention_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_attention_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_num_heads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_heads) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(num_heads)
+            )
+        );
+    }
+    test_field_num_heads();
+    fn test_field_num_kv_heads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_kv_heads) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(num_kv_heads)
+            )
+        );
+    }
+    test_field_num_kv_heads();
+    fn test_field_head_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).head_dim) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(head_dim)
+            )
+        );
+    }
+    test_field_head_dim();
+    fn test_field_softmax_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).softmax_scale) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(softmax_scale)
+            )
+        );
+    }
+    test_field_softmax_scale();
+    fn test_field_mask() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mask) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(mask)
+            )
+        );
+    }
+    test_field_mask();
+    fn test_field_activation_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).activation_dtype) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(activation_dtype)
+            )
+        );
+    }
+    test_field_activation_dtype();
+    fn test_field_fp8() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fp8) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_options),
+                "::",
+                stringify!(fp8)
+            )
+        );
+    }
+    test_field_fp8();
+}
+impl Default for te_attention_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_attention_options_init(opts: *mut te_attention_options) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_create(
+        out: *mut *mut te_attention,
+        ctx: *mut te_context,
+        opts: *const te_attention_options,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_destroy(m: *mut te_attention);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention_forward_args {
+    pub struct_size: usize,
+    pub q: *const te_tensor,
+    pub k: *const te_tensor,
+    pub v: *const te_tensor,
+    pub cu_seqlens_q: *const te_tensor,
+    pub cu_seqlens_kv: *const te_tensor,
+    pub max_seqlen_q: i64,
+    pub max_seqlen_kv: i64,
+}
+#[test]
+fn bindgen_test_layout_te_attention_forward_args() {
+    assert_eq!(
+        ::std::mem::size_of::<te_attention_forward_args>(),
+        64usize,
+        concat!("Size of: ", stringify!(te_attention_forward_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_attention_forward_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_attention_forward_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(q)
+            )
+        );
+    }
+    test_field_q();
+    fn test_field_k() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(k)
+            )
+        );
+    }
+    test_field_k();
+    fn test_field_v() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).v) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(v)
+            )
+        );
+    }
+    test_field_v();
+    fn test_field_cu_seqlens_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cu_seqlens_q) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(cu_seqlens_q)
+            )
+        );
+    }
+    test_field_cu_seqlens_q();
+    fn test_field_cu_seqlens_kv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cu_seqlens_kv) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(cu_seqlens_kv)
+            )
+        );
+    }
+    test_field_cu_seqlens_kv();
+    fn test_field_max_seqlen_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_seqlen_q) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(max_seqlen_q)
+            )
+        );
+    }
+    test_field_max_seqlen_q();
+    fn test_field_max_seqlen_kv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_forward_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_seqlen_kv) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_forward_args),
+                "::",
+                stringify!(max_seqlen_kv)
+            )
+        );
+    }
+    test_field_max_seqlen_kv();
+}
+impl Default for te_attention_forward_args {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_attention_forward_args_init(args: *mut te_attention_forward_args) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention_residuals {
+    pub struct_size: usize,
+    pub q: te_tensor,
+    pub k: te_tensor,
+    pub v: te_tensor,
+    pub o: te_tensor,
+    pub lse: te_tensor,
+    pub fp8: i32,
+    pub internal: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_te_attention_residuals() {
+    assert_eq!(
+        ::std::mem::size_of::<te_attention_residuals>(),
+        544usize,
+        concat!("Size of: ", stringify!(te_attention_residuals))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_attention_residuals>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_attention_residuals))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(q)
+            )
+        );
+    }
+    test_field_q();
+    fn test_field_k() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(k)
+            )
+        );
+    }
+    test_field_k();
+    fn test_field_v() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).v) as usize - ptr as usize
+            },
+            216usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(v)
+            )
+        );
+    }
+    test_field_v();
+    fn test_field_o() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).o) as usize - ptr as usize
+            },
+            320usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(o)
+            )
+        );
+    }
+    test_field_o();
+    fn test_field_lse() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).lse) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(lse)
+            )
+        );
+    }
+    test_field_lse();
+    fn test_field_fp8() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fp8) as usize - ptr as usize
+            },
+            528usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(fp8)
+            )
+        );
+    }
+    test_field_fp8();
+    fn test_field_internal() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_residuals>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).internal) as usize - ptr as usize
+            },
+            536usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_residuals),
+                "::",
+                stringify!(internal)
+            )
+        );
+    }
+    test_field_internal();
+}
+impl Default for te_attention_residuals {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_attention_forward_compute(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        args: *const te_attention_forward_args,
+        o: *mut te_tensor,
+        residuals: *mut te_attention_residuals,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_residuals_release(residuals: *mut te_attention_residuals);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention_backward_ctx {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn te_attention_forward_save(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        residuals: *mut te_attention_residuals,
+        out: *mut *mut te_attention_backward_ctx,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_forward(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        args: *const te_attention_forward_args,
+        o: *mut te_tensor,
+        out: *mut *mut te_attention_backward_ctx,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_attention_grads {
+    pub struct_size: usize,
+    pub dq: *mut te_tensor,
+    pub dk: *mut te_tensor,
+    pub dv: *mut te_tensor,
+}
+#[test]
+fn bindgen_test_layout_te_attention_grads() {
+    assert_eq!(
+        ::std::mem::size_of::<te_attention_grads>(),
+        32usize,
+        concat!("Size of: ", stringify!(te_attention_grads))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_attention_grads>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_attention_grads))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_grads),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_dq() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dq) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_grads),
+                "::",
+                stringify!(dq)
+            )
+        );
+    }
+    test_field_dq();
+    fn test_field_dk() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dk) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_grads),
+                "::",
+                stringify!(dk)
+            )
+        );
+    }
+    test_field_dk();
+    fn test_field_dv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_attention_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dv) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_attention_grads),
+                "::",
+                stringify!(dv)
+            )
+        );
+    }
+    test_field_dv();
+}
+impl Default for te_attention_grads {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_attention_grads_init(grads: *mut te_attention_grads) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_backward(
+        ctx: *mut te_context,
+        bwd: *mut te_attention_backward_ctx,
+        d_o: *const te_tensor,
+        grads: *const te_attention_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_backward_ctx_destroy(bwd: *mut te_attention_backward_ctx);
+}
+extern "C" {
+    pub fn te_attention_residuals_size(
+        ctx: *mut te_context,
+        m: *const te_attention,
+        args: *const te_attention_forward_args,
+        bytes: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_forward_compute_into(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        args: *const te_attention_forward_args,
+        o: *mut te_tensor,
+        residuals: *mut ::std::os::raw::c_void,
+        residuals_bytes: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_backward_from(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        inputs: *const te_attention_forward_args,
+        o: *const te_tensor,
+        residuals: *const ::std::os::raw::c_void,
+        residuals_bytes: usize,
+        d_o: *const te_tensor,
+        grads: *const te_attention_grads,
+        args: *const te_linear_backward_args,
+    ) -> te_status;
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_Q: te_attention_tensor = te_attention_tensor(0);
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_K: te_attention_tensor = te_attention_tensor(1);
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_V: te_attention_tensor = te_attention_tensor(2);
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_S: te_attention_tensor = te_attention_tensor(3);
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_DO: te_attention_tensor = te_attention_tensor(4);
+}
+impl te_attention_tensor {
+    pub const TE_ATTN_DP: te_attention_tensor = te_attention_tensor(5);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_attention_tensor(pub ::std::os::raw::c_uint);
+extern "C" {
+    pub fn te_attention_get_scaling_state(
+        ctx: *mut te_context,
+        m: *const te_attention,
+        which: te_attention_tensor,
+        info: *mut te_scaling_state_info,
+        history: *mut f32,
+        history_cap: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_state_save(
+        ctx: *mut te_context,
+        m: *const te_attention,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_attention_state_load(
+        ctx: *mut te_context,
+        m: *mut te_attention,
+        buf: *const ::std::os::raw::c_void,
+        size: usize,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct te_rope_options {
+    pub struct_size: usize,
+    pub rot_dim: i32,
+    pub interleaved: i32,
+}
+#[test]
+fn bindgen_test_layout_te_rope_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_rope_options>(),
+        16usize,
+        concat!("Size of: ", stringify!(te_rope_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_rope_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_rope_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_rope_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_rope_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_rot_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_rope_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rot_dim) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_rope_options),
+                "::",
+                stringify!(rot_dim)
+            )
+        );
+    }
+    test_field_rot_dim();
+    fn test_field_interleaved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_rope_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).interleaved) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_rope_options),
+                "::",
+                stringify!(interleaved)
+            )
+        );
+    }
+    test_field_interleaved();
+}
+extern "C" {
+    pub fn te_rope_options_init(opts: *mut te_rope_options) -> te_status;
+}
+extern "C" {
+    pub fn te_rope_forward(
+        ctx: *mut te_context,
+        opts: *const te_rope_options,
+        x: *const te_tensor,
+        freqs: *const te_tensor,
+        cu_seqlens: *const te_tensor,
+        y: *mut te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_rope_backward(
+        ctx: *mut te_context,
+        opts: *const te_rope_options,
+        dy: *const te_tensor,
+        freqs: *const te_tensor,
+        cu_seqlens: *const te_tensor,
+        dx: *mut te_tensor,
     ) -> te_status;
 }
