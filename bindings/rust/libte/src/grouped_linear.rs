@@ -13,7 +13,8 @@ use crate::context::Context;
 use crate::error::{check, Error, Result};
 use crate::linear::{ScalingStateInfo, TensorRole};
 use crate::module::{
-    backward_args, features, read_scaling_state, save_state, Owned, OwnedResiduals,
+    backward_args, features, read_scaling_state, residual_memory, residual_memory_mut, save_state,
+    Owned, OwnedResiduals,
 };
 use crate::tensor::{opt_mut, DType, TensorView, TensorViewMut};
 
@@ -194,6 +195,40 @@ pub struct GroupedLinearGrads<'a> {
     pub db: Option<Vec<TensorViewMut<'a>>>,
 }
 
+/// Calls `f` with the C arrays of a backward's gradients (dx, then `num_gemms` dW_i and db_i
+/// pointers, or NULL), which point into `grads`; the lists' lengths are checked first.
+fn with_grad_pointers<R>(
+    func: &str,
+    grads: GroupedLinearGrads<'_>,
+    n: usize,
+    f: impl FnOnce(
+        *mut sys::te_tensor,
+        *const *mut sys::te_tensor,
+        *const *mut sys::te_tensor,
+    ) -> Result<R>,
+) -> Result<R> {
+    let GroupedLinearGrads {
+        mut dx,
+        mut dw,
+        mut db,
+    } = grads;
+    // Pointers into the views, which stay here (alive) until `f` returns.
+    let pointers = |list: Option<&mut Vec<TensorViewMut<'_>>>, name: &str| {
+        list.map(|views| {
+            check_len(func, name, views.len(), n)?;
+            Ok(views.iter_mut().map(|v| v.as_raw_mut()).collect::<Vec<_>>())
+        })
+        .transpose()
+    };
+    let dw = pointers(dw.as_mut(), "grads.dw")?;
+    let db = pointers(db.as_mut(), "grads.db")?;
+    f(
+        opt_mut(dx.as_mut()),
+        dw.as_ref().map_or(ptr::null(), |p| p.as_ptr()),
+        db.as_ref().map_or(ptr::null(), |p| p.as_ptr()),
+    )
+}
+
 unsafe fn destroy_module(p: *mut c_void) {
     sys::te_grouped_linear_destroy(p.cast())
 }
@@ -313,6 +348,119 @@ impl GroupedLinear {
             )
         }))?;
         GroupedLinearBackwardCtx::own(out, ctx, self.opts.num_gemms)
+    }
+
+    /// The bytes of residual memory a
+    /// [`forward_compute_into`](GroupedLinear::forward_compute_into) with these arguments
+    /// leaves under the innermost autocast scope as it is now: under FP8 every expert's x^T
+    /// with its scale_inv; 0 in high precision (the backward then reads the inputs again).
+    /// Reads the shapes and `m_splits`.
+    pub fn residuals_size(&self, ctx: &Context, args: &GroupedLinearArgs<'_, '_>) -> Result<usize> {
+        let arrays = CallArrays::new("GroupedLinear::residuals_size", args, self.opts.num_gemms)?;
+        let raw_args = arrays.c_args(args);
+        let mut bytes = 0usize;
+        check(unsafe {
+            sys::te_grouped_linear_residuals_size(
+                ctx.as_ptr(),
+                self.as_ptr(),
+                &raw_args,
+                &mut bytes,
+            )
+        })?;
+        Ok(bytes)
+    }
+
+    /// `forward_compute` keeping the residuals in the caller's host memory (16-byte aligned,
+    /// at least [`residuals_size`](GroupedLinear::residuals_size) bytes, e.g. a
+    /// [`ResidualBuffer`](crate::ResidualBuffer); empty when that is 0); nothing stays
+    /// borrowed. Each pending forward needs memory of its own. Host memory needs a CPU context
+    /// (device memory goes through `libte::sys`).
+    pub fn forward_compute_into(
+        &mut self,
+        ctx: &Context,
+        args: &GroupedLinearArgs<'_, '_>,
+        y: &mut TensorViewMut<'_>,
+        residuals: &mut [u8],
+    ) -> Result<()> {
+        const F: &str = "GroupedLinear::forward_compute_into";
+        let (res_ptr, bytes) = residual_memory_mut(ctx, F, residuals)?;
+        let arrays = CallArrays::new(F, args, self.opts.num_gemms)?;
+        let raw_args = arrays.c_args(args);
+        check(ctx.reducing(|raw_ctx| unsafe {
+            sys::te_grouped_linear_forward_compute_into(
+                raw_ctx,
+                self.as_ptr(),
+                &raw_args,
+                y.as_raw_mut(),
+                res_ptr,
+                bytes,
+            )
+        }))
+    }
+
+    /// The backward of a [`forward_compute_into`](GroupedLinear::forward_compute_into):
+    /// `inputs` are the forward's arguments again (they may have moved; required in high
+    /// precision, optional under FP8, where given ones must match the forward's), the residual
+    /// memory it filled and dy; gradients as the backward context's. Repeatable with identical
+    /// results.
+    pub fn backward_from(
+        &mut self,
+        ctx: &Context,
+        inputs: Option<&GroupedLinearArgs<'_, '_>>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: GroupedLinearGrads<'_>,
+    ) -> Result<()> {
+        self.backward_from_flags(ctx, inputs, residuals, dy, grads, 0)
+    }
+
+    /// `backward_from` with `TE_BACKWARD_ONCE`: drops the forward's record.
+    pub fn backward_from_once(
+        &mut self,
+        ctx: &Context,
+        inputs: Option<&GroupedLinearArgs<'_, '_>>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: GroupedLinearGrads<'_>,
+    ) -> Result<()> {
+        self.backward_from_flags(ctx, inputs, residuals, dy, grads, sys::TE_BACKWARD_ONCE)
+    }
+
+    fn backward_from_flags(
+        &mut self,
+        ctx: &Context,
+        inputs: Option<&GroupedLinearArgs<'_, '_>>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: GroupedLinearGrads<'_>,
+        flags: u32,
+    ) -> Result<()> {
+        const F: &str = "GroupedLinear::backward_from";
+        let n = self.opts.num_gemms;
+        let (res_ptr, bytes) = residual_memory(ctx, F, residuals)?;
+        let arrays = inputs.map(|a| CallArrays::new(F, a, n)).transpose()?;
+        let raw_inputs = match (&arrays, inputs) {
+            (Some(arrays), Some(a)) => Some(arrays.c_args(a)),
+            _ => None,
+        };
+        let args = backward_args(flags);
+        let m = self.as_ptr();
+        with_grad_pointers(F, grads, n, |dx, dw, db| {
+            check(ctx.reducing(|raw_ctx| unsafe {
+                sys::te_grouped_linear_backward_from(
+                    raw_ctx,
+                    m,
+                    raw_inputs.as_ref().map_or(ptr::null(), |r| r),
+                    res_ptr,
+                    bytes,
+                    dy.as_raw(),
+                    dx,
+                    dw,
+                    db,
+                    &args,
+                )
+            }))
+        })
     }
 
     /// A copy of expert `expert`'s scaling state for `role`, with its whole amax history.
@@ -441,35 +589,18 @@ impl<'a> GroupedLinearBackwardCtx<'a> {
         grads: GroupedLinearGrads<'_>,
         flags: u32,
     ) -> Result<()> {
-        const F: &str = "GroupedLinearBackwardCtx::backward";
-        let GroupedLinearGrads {
-            mut dx,
-            mut dw,
-            mut db,
-        } = grads;
-        // Pointers into the views, which stay here (alive) until the call returns.
-        let n = self.num_gemms;
-        let pointers = |list: Option<&mut Vec<TensorViewMut<'_>>>, name: &str| {
-            list.map(|views| {
-                check_len(F, name, views.len(), n)?;
-                Ok(views.iter_mut().map(|v| v.as_raw_mut()).collect::<Vec<_>>())
-            })
-            .transpose()
-        };
-        let dw = pointers(dw.as_mut(), "grads.dw")?;
-        let db = pointers(db.as_mut(), "grads.db")?;
         let args = backward_args(flags);
-        check(ctx.reducing(|raw_ctx| unsafe {
-            sys::te_grouped_linear_backward(
-                raw_ctx,
-                self.as_ptr(),
-                dy.as_raw(),
-                opt_mut(dx.as_mut()),
-                dw.as_ref().map_or(ptr::null(), |p| p.as_ptr()),
-                db.as_ref().map_or(ptr::null(), |p| p.as_ptr()),
-                &args,
-            )
-        }))
+        let bwd = self.as_ptr();
+        with_grad_pointers(
+            "GroupedLinearBackwardCtx::backward",
+            grads,
+            self.num_gemms,
+            |dx, dw, db| {
+                check(ctx.reducing(|raw_ctx| unsafe {
+                    sys::te_grouped_linear_backward(raw_ctx, bwd, dy.as_raw(), dx, dw, db, &args)
+                }))
+            },
+        )
     }
 
     /// The raw handle, valid while `self` lives.

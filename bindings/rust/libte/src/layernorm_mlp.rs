@@ -12,8 +12,8 @@ use crate::context::{Activation, Context};
 use crate::error::{check, Result};
 use crate::linear::{ScalingStateInfo, TensorRole};
 use crate::module::{
-    backward_args, features, read_scaling_state, required_view, residual_view, save_state, Owned,
-    OwnedResiduals,
+    backward_args, features, read_scaling_state, required_view, residual_memory,
+    residual_memory_mut, residual_view, save_state, Owned, OwnedResiduals,
 };
 use crate::norm::{NormKind, NormOptions};
 use crate::tensor::{opt_mut, DType, TensorView, TensorViewMut};
@@ -203,6 +203,32 @@ pub struct LayerNormMlpGrads<'a> {
     pub dfc2_bias: Option<TensorViewMut<'a>>,
 }
 
+impl LayerNormMlpGrads<'_> {
+    /// Calls `f` with the C struct, which points into `self`.
+    fn with_raw<R>(self, f: impl FnOnce(&sys::te_layernorm_mlp_grads) -> R) -> R {
+        let LayerNormMlpGrads {
+            mut dx,
+            mut dln_weight,
+            mut dln_bias,
+            mut dfc1_weight,
+            mut dfc1_bias,
+            mut dfc2_weight,
+            mut dfc2_bias,
+        } = self;
+        let mut raw = sys::te_layernorm_mlp_grads::default();
+        let _ = unsafe { sys::te_layernorm_mlp_grads_init(&mut raw) };
+        raw.struct_size = std::mem::size_of::<sys::te_layernorm_mlp_grads>();
+        raw.dx = opt_mut(dx.as_mut());
+        raw.dln_weight = opt_mut(dln_weight.as_mut());
+        raw.dln_bias = opt_mut(dln_bias.as_mut());
+        raw.dfc1_weight = opt_mut(dfc1_weight.as_mut());
+        raw.dfc1_bias = opt_mut(dfc1_bias.as_mut());
+        raw.dfc2_weight = opt_mut(dfc2_weight.as_mut());
+        raw.dfc2_bias = opt_mut(dfc2_bias.as_mut());
+        f(&raw)
+    }
+}
+
 unsafe fn destroy_module(p: *mut c_void) {
     sys::te_layernorm_mlp_destroy(p.cast())
 }
@@ -321,6 +347,101 @@ impl LayerNormMlp {
             )
         }))?;
         LayerNormMlpBackwardCtx::own(out, ctx)
+    }
+
+    /// The bytes of residual memory a [`forward_compute_into`](LayerNormMlp::forward_compute_into)
+    /// with these arguments needs under the innermost autocast scope as it is now (never 0:
+    /// the norm's statistics and the GEMM inputs). Reads only the shapes.
+    pub fn residuals_size(&self, ctx: &Context, args: &LayerNormMlpArgs<'_>) -> Result<usize> {
+        let raw_args = args.c_args(None);
+        let mut bytes = 0usize;
+        check(unsafe {
+            sys::te_layernorm_mlp_residuals_size(ctx.as_ptr(), self.as_ptr(), &raw_args, &mut bytes)
+        })?;
+        Ok(bytes)
+    }
+
+    /// `forward_compute` keeping the residuals in the caller's host memory (16-byte aligned,
+    /// at least [`residuals_size`](LayerNormMlp::residuals_size) bytes, e.g. a
+    /// [`ResidualBuffer`](crate::ResidualBuffer)) instead of library-owned storage; nothing
+    /// stays borrowed. Each pending forward needs memory of its own (the module keeps a record
+    /// per address). Host memory needs a CPU context (device memory goes through `libte::sys`).
+    pub fn forward_compute_into(
+        &mut self,
+        ctx: &Context,
+        args: &LayerNormMlpArgs<'_>,
+        y: &mut TensorViewMut<'_>,
+        ln_out: Option<&mut TensorViewMut<'_>>,
+        residuals: &mut [u8],
+    ) -> Result<()> {
+        let (res_ptr, bytes) =
+            residual_memory_mut(ctx, "LayerNormMlp::forward_compute_into", residuals)?;
+        let raw_args = args.c_args(ln_out);
+        check(ctx.reducing(|raw_ctx| unsafe {
+            sys::te_layernorm_mlp_forward_compute_into(
+                raw_ctx,
+                self.as_ptr(),
+                &raw_args,
+                y.as_raw_mut(),
+                res_ptr,
+                bytes,
+            )
+        }))
+    }
+
+    /// The backward of a [`forward_compute_into`](LayerNormMlp::forward_compute_into): the forward's
+    /// arguments again (`inputs`, which may have moved), the residual memory it filled and dy;
+    /// gradients as the backward context's. Repeatable with identical results.
+    pub fn backward_from(
+        &mut self,
+        ctx: &Context,
+        inputs: &LayerNormMlpArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: LayerNormMlpGrads<'_>,
+    ) -> Result<()> {
+        self.backward_from_flags(ctx, inputs, residuals, dy, grads, 0)
+    }
+
+    /// `backward_from` with `TE_BACKWARD_ONCE`: drops the forward's record (a later
+    /// `backward_from` of that memory is an `InvalidArgument`).
+    pub fn backward_from_once(
+        &mut self,
+        ctx: &Context,
+        inputs: &LayerNormMlpArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: LayerNormMlpGrads<'_>,
+    ) -> Result<()> {
+        self.backward_from_flags(ctx, inputs, residuals, dy, grads, sys::TE_BACKWARD_ONCE)
+    }
+
+    fn backward_from_flags(
+        &mut self,
+        ctx: &Context,
+        inputs: &LayerNormMlpArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        grads: LayerNormMlpGrads<'_>,
+        flags: u32,
+    ) -> Result<()> {
+        let (res_ptr, bytes) = residual_memory(ctx, "LayerNormMlp::backward_from", residuals)?;
+        let raw_inputs = inputs.c_args(None);
+        let args = backward_args(flags);
+        grads.with_raw(|raw| {
+            check(ctx.reducing(|raw_ctx| unsafe {
+                sys::te_layernorm_mlp_backward_from(
+                    raw_ctx,
+                    self.as_ptr(),
+                    &raw_inputs,
+                    res_ptr,
+                    bytes,
+                    dy.as_raw(),
+                    raw,
+                    &args,
+                )
+            }))
+        })
     }
 
     /// A copy of one scaling state of GEMM `gemm`, with its whole amax history.
@@ -477,29 +598,13 @@ impl<'a> LayerNormMlpBackwardCtx<'a> {
         grads: LayerNormMlpGrads<'_>,
         flags: u32,
     ) -> Result<()> {
-        let LayerNormMlpGrads {
-            mut dx,
-            mut dln_weight,
-            mut dln_bias,
-            mut dfc1_weight,
-            mut dfc1_bias,
-            mut dfc2_weight,
-            mut dfc2_bias,
-        } = grads;
-        let mut raw = sys::te_layernorm_mlp_grads::default();
-        let _ = unsafe { sys::te_layernorm_mlp_grads_init(&mut raw) };
-        raw.struct_size = std::mem::size_of::<sys::te_layernorm_mlp_grads>();
-        raw.dx = opt_mut(dx.as_mut());
-        raw.dln_weight = opt_mut(dln_weight.as_mut());
-        raw.dln_bias = opt_mut(dln_bias.as_mut());
-        raw.dfc1_weight = opt_mut(dfc1_weight.as_mut());
-        raw.dfc1_bias = opt_mut(dfc1_bias.as_mut());
-        raw.dfc2_weight = opt_mut(dfc2_weight.as_mut());
-        raw.dfc2_bias = opt_mut(dfc2_bias.as_mut());
         let args = backward_args(flags);
-        check(ctx.reducing(|raw_ctx| unsafe {
-            sys::te_layernorm_mlp_backward(raw_ctx, self.as_ptr(), dy.as_raw(), &raw, &args)
-        }))
+        let bwd = self.as_ptr();
+        grads.with_raw(|raw| {
+            check(ctx.reducing(|raw_ctx| unsafe {
+                sys::te_layernorm_mlp_backward(raw_ctx, bwd, dy.as_raw(), raw, &args)
+            }))
+        })
     }
 
     /// The raw handle, valid while `self` lives.

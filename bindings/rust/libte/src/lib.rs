@@ -13,10 +13,16 @@
 //! * The transformer modules, with `Linear`'s contract: [`LayerNormLinear`] (norm + linear),
 //!   [`LayerNormMlp`] (norm, fc1, activation, fc2) and [`GroupedLinear`] (one linear per expert
 //!   over consecutive row groups).
+//! * [`Attention`]: scaled dot-product attention (BSHD or THD with `i32` sequence offsets,
+//!   [`AttnMask`]s, GQA/MQA, optional FP8), with the modules' contract.
+//! * Every module can also keep its residuals in the caller's memory: `residuals_size`,
+//!   `forward_compute_into`, `backward_from` (a [`ResidualBuffer`] is suitable host memory).
 //! * [`Context::norm_forward`] / [`Context::norm_backward`]: LayerNorm and RMSNorm
 //!   ([`NormOptions`]), with FP8 outputs and their transpose.
-//! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`] or
-//!   [`Bf16`] (or FP8 codes with their scale_inv).
+//! * [`Context::rope_forward`] / [`Context::rope_backward`]: rotary position embedding
+//!   ([`RopeOptions`]).
+//! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`],
+//!   [`Bf16`] or `i32` (or FP8 codes with their scale_inv).
 //! * Every fallible call returns [`Result`]; an [`Error`] carries the [`Status`] and the
 //!   message libte gave (`te_last_error()`, copied right after the failing call).
 //!
@@ -57,6 +63,7 @@
 
 #![warn(missing_docs)]
 
+mod attention;
 mod autocast;
 mod context;
 mod error;
@@ -69,10 +76,15 @@ mod linear;
 mod module;
 mod norm;
 mod recipe;
+mod rope;
 mod tensor;
 
 pub use libte_sys as sys;
 
+pub use crate::attention::{
+    Attention, AttentionArgs, AttentionBackwardCtx, AttentionGrads, AttentionOptions,
+    AttentionResiduals, AttentionTensor, AttnMask,
+};
 pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
 pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
 pub use crate::error::{Error, Result, Status};
@@ -93,8 +105,10 @@ pub use crate::layernorm_mlp::{
 pub use crate::linear::{
     BackwardCtx, ForwardArgs, Linear, LinearOptions, Residuals, ScalingStateInfo, TensorRole,
 };
+pub use crate::module::ResidualBuffer;
 pub use crate::norm::{NormGrads, NormKind, NormOptions, NormOutputs};
 pub use crate::recipe::{AmaxAlgo, Format, Recipe, RecipeKind, RecipeOptions};
+pub use crate::rope::RopeOptions;
 pub use crate::tensor::{DType, Element, ScalingMode, TensorView, TensorViewMut, MAX_DIMS};
 
 /// The loaded library's version, encoded as `MAJOR * 10000 + MINOR * 100 + PATCH`.

@@ -10,6 +10,7 @@ use libte_sys as sys;
 
 use crate::context::{Context, Shared};
 use crate::error::{check, Error, Result, Status};
+use crate::module::{backward_args, residual_memory, residual_memory_mut};
 use crate::tensor::{opt_mut, DType, TensorView, TensorViewMut};
 
 /// A linear layer's options (`te_linear_options`).
@@ -269,6 +270,120 @@ impl Linear {
             )
         }))?;
         BackwardCtx::own(out, ctx)
+    }
+
+    /// The bytes of residual memory a [`forward_compute_into`](Linear::forward_compute_into)
+    /// with these arguments leaves under the innermost autocast scope as it is now: FP8 x^T
+    /// and its scale_inv, or 0 when the forward will run in high precision (the backward then
+    /// reads x and W again). Reads only the shapes.
+    pub fn residuals_size(&self, ctx: &Context, args: &ForwardArgs<'_>) -> Result<usize> {
+        let raw_args = args.c_args();
+        let mut bytes = 0usize;
+        check(unsafe {
+            sys::te_linear_residuals_size(ctx.as_ptr(), self.raw.as_ptr(), &raw_args, &mut bytes)
+        })?;
+        Ok(bytes)
+    }
+
+    /// `forward_compute` keeping the residuals in the caller's host memory (16-byte aligned,
+    /// at least [`residuals_size`](Linear::residuals_size) bytes, e.g. a
+    /// [`ResidualBuffer`](crate::ResidualBuffer); empty when that is 0) instead of
+    /// library-owned storage; nothing stays borrowed. The layer keeps a small record per
+    /// memory address (the last `TE_RESIDUAL_RECORDS`), so each pending forward needs memory
+    /// of its own. Host memory needs a CPU context (device memory goes through `libte::sys`).
+    pub fn forward_compute_into(
+        &mut self,
+        ctx: &Context,
+        args: &ForwardArgs<'_>,
+        y: &mut TensorViewMut<'_>,
+        residuals: &mut [u8],
+    ) -> Result<()> {
+        let (res_ptr, bytes) = residual_memory_mut(ctx, "Linear::forward_compute_into", residuals)?;
+        let raw_args = args.c_args();
+        check(ctx.reducing(|raw_ctx| unsafe {
+            sys::te_linear_forward_compute_into(
+                raw_ctx,
+                self.raw.as_ptr(),
+                &raw_args,
+                y.as_raw_mut(),
+                res_ptr,
+                bytes,
+            )
+        }))
+    }
+
+    /// The backward of a [`forward_compute_into`](Linear::forward_compute_into): the forward's
+    /// arguments again (`inputs`, which may have moved; the bias is not read), the residual
+    /// memory it filled, dy; outputs as [`BackwardCtx::backward`]. Repeatable with identical
+    /// results.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_from(
+        &mut self,
+        ctx: &Context,
+        inputs: &ForwardArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        dx: Option<&mut TensorViewMut<'_>>,
+        dw: Option<&mut TensorViewMut<'_>>,
+        db: Option<&mut TensorViewMut<'_>>,
+    ) -> Result<()> {
+        self.backward_from_flags(ctx, inputs, residuals, dy, dx, dw, db, 0)
+    }
+
+    /// `backward_from` with `TE_BACKWARD_ONCE`: drops the forward's record (a later
+    /// `backward_from` of that memory is an `InvalidArgument`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_from_once(
+        &mut self,
+        ctx: &Context,
+        inputs: &ForwardArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        dx: Option<&mut TensorViewMut<'_>>,
+        dw: Option<&mut TensorViewMut<'_>>,
+        db: Option<&mut TensorViewMut<'_>>,
+    ) -> Result<()> {
+        self.backward_from_flags(
+            ctx,
+            inputs,
+            residuals,
+            dy,
+            dx,
+            dw,
+            db,
+            sys::TE_BACKWARD_ONCE,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backward_from_flags(
+        &mut self,
+        ctx: &Context,
+        inputs: &ForwardArgs<'_>,
+        residuals: &[u8],
+        dy: &TensorView<'_>,
+        dx: Option<&mut TensorViewMut<'_>>,
+        dw: Option<&mut TensorViewMut<'_>>,
+        db: Option<&mut TensorViewMut<'_>>,
+        flags: u32,
+    ) -> Result<()> {
+        let (res_ptr, bytes) = residual_memory(ctx, "Linear::backward_from", residuals)?;
+        let raw_inputs = inputs.c_args();
+        let args = backward_args(flags);
+        check(ctx.reducing(|raw_ctx| unsafe {
+            sys::te_linear_backward_from(
+                raw_ctx,
+                self.raw.as_ptr(),
+                &raw_inputs,
+                res_ptr,
+                bytes,
+                dy.as_raw(),
+                opt_mut(dx),
+                opt_mut(dw),
+                opt_mut(db),
+                &args,
+            )
+        }))
     }
 
     /// A copy of one scaling state, with its whole amax history.

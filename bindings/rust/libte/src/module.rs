@@ -172,3 +172,98 @@ pub(crate) fn features(n: usize, func: &str, name: &str) -> Result<i64> {
         ))
     })
 }
+
+/// Host memory for residuals in the caller's memory (`forward_compute_into` /
+/// `backward_from` of every module): zeroed, 16-byte aligned as libte requires, of a given
+/// size in bytes. Dereferences to `[u8]`.
+#[derive(Clone)]
+pub struct ResidualBuffer {
+    blocks: Vec<Align16>,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Align16([u8; 16]);
+
+impl ResidualBuffer {
+    /// `bytes` zero bytes (a `residuals_size` result).
+    pub fn new(bytes: usize) -> ResidualBuffer {
+        ResidualBuffer {
+            blocks: vec![Align16([0; 16]); (bytes + 15) / 16],
+            len: bytes,
+        }
+    }
+
+    /// The size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for ResidualBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // `blocks` holds at least `len` initialised bytes, contiguous (repr(C) arrays).
+        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for ResidualBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl std::fmt::Debug for ResidualBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResidualBuffer")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Host residual memory for a C call: refused on a device context (libte's kernels would read
+/// host memory as device memory); an empty slice is NULL with 0 bytes.
+fn host_residuals(ctx: &Context, func: &str) -> Result<()> {
+    if ctx.device() == crate::context::Device::Cpu {
+        Ok(())
+    } else {
+        Err(Error::invalid_argument(format!(
+            "{}: argument 'residuals': host memory needs a CPU context, this one is {:?} (device memory goes through libte::sys)",
+            func,
+            ctx.device()
+        )))
+    }
+}
+
+pub(crate) fn residual_memory(
+    ctx: &Context,
+    func: &str,
+    mem: &[u8],
+) -> Result<(*const c_void, usize)> {
+    host_residuals(ctx, func)?;
+    if mem.is_empty() {
+        Ok((ptr::null(), 0))
+    } else {
+        Ok((mem.as_ptr().cast(), mem.len()))
+    }
+}
+
+pub(crate) fn residual_memory_mut(
+    ctx: &Context,
+    func: &str,
+    mem: &mut [u8],
+) -> Result<(*mut c_void, usize)> {
+    host_residuals(ctx, func)?;
+    if mem.is_empty() {
+        Ok((ptr::null_mut(), 0))
+    } else {
+        Ok((mem.as_mut_ptr().cast(), mem.len()))
+    }
+}

@@ -24,6 +24,8 @@ pub enum DType {
     E4M3,
     /// `TE_DTYPE_E5M2`: FP8 e5m2, max 57344, IEEE-style inf and NaN.
     E5M2,
+    /// `TE_DTYPE_I32`: 32-bit integers (attention's and RoPE's sequence offsets, `cu_seqlens`).
+    I32,
 }
 
 impl DType {
@@ -34,6 +36,7 @@ impl DType {
             DType::BF16 => sys::te_dtype::TE_DTYPE_BF16,
             DType::E4M3 => sys::te_dtype::TE_DTYPE_E4M3,
             DType::E5M2 => sys::te_dtype::TE_DTYPE_E5M2,
+            DType::I32 => sys::te_dtype::TE_DTYPE_I32,
         }
     }
 
@@ -44,6 +47,7 @@ impl DType {
             sys::te_dtype::TE_DTYPE_BF16 => DType::BF16,
             sys::te_dtype::TE_DTYPE_E4M3 => DType::E4M3,
             sys::te_dtype::TE_DTYPE_E5M2 => DType::E5M2,
+            sys::te_dtype::TE_DTYPE_I32 => DType::I32,
             _ => return None,
         })
     }
@@ -51,7 +55,7 @@ impl DType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::E4M3 | DType::E5M2 => 1,
         }
@@ -99,10 +103,12 @@ mod sealed {
     impl Sealed for f32 {}
     impl Sealed for crate::half::F16 {}
     impl Sealed for crate::half::Bf16 {}
+    impl Sealed for i32 {}
 }
 
-/// A high-precision element type a slice of which can back a tensor: `f32`, [`F16`], [`Bf16`].
-/// Sealed: libte reads and writes these as its `DTYPE`, so the layout must match exactly.
+/// An element type a slice of which can back a tensor: `f32`, [`F16`], [`Bf16`] (the
+/// high-precision types) and `i32` (sequence offsets). Sealed: libte reads and writes these as
+/// its `DTYPE`, so the layout must match exactly.
 pub trait Element: Copy + sealed::Sealed {
     /// The `te_dtype` of this type.
     const DTYPE: DType;
@@ -116,6 +122,9 @@ impl Element for F16 {
 }
 impl Element for Bf16 {
     const DTYPE: DType = DType::BF16;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
 }
 
 /// The most dimensions a tensor has (`TE_MAX_DIMS`).
