@@ -11,7 +11,8 @@ first (LIBTE_PATH, ...); no rpath is baked in.
 
 A libte.so that does not export GroupedLinear (te_grouped_linear_*: built before the module
 existed) gets a module without it (TE_SWIG_WITHOUT_GROUPED_LINEAR), so that it still imports:
-Python resolves every symbol of an extension when it loads it.
+Python resolves every symbol of an extension when it loads it. Likewise attention and RoPE
+(te_attention_*, te_rope_*: TE_SWIG_WITHOUT_ATTENTION).
 """
 
 import argparse
@@ -76,6 +77,10 @@ def main():
         print("build.py: %s does not export te_grouped_linear_*: building without GroupedLinear"
               % library)
         defines.append("-DTE_SWIG_WITHOUT_GROUPED_LINEAR")
+    if not exports(library, "te_attention_create") or not exports(library, "te_rope_forward"):
+        print("build.py: %s does not export te_attention_* / te_rope_*: building without "
+              "attention" % library)
+        defines.append("-DTE_SWIG_WITHOUT_ATTENTION")
     os.makedirs(WORK, exist_ok=True)
     run([swig, "-python", "-builtin", "-O", "-I" + os.path.join(ROOT, "capi", "include")]
         + defines + ["-outdir", PACKAGE, "-o", wrapper, INTERFACE])

@@ -207,6 +207,8 @@ TE_HANDLE_OUT(te_layernorm_mlp)
 TE_HANDLE_OUT(te_layernorm_mlp_backward_ctx)
 TE_HANDLE_OUT(te_grouped_linear)
 TE_HANDLE_OUT(te_grouped_linear_backward_ctx)
+TE_HANDLE_OUT(te_attention)
+TE_HANDLE_OUT(te_attention_backward_ctx)
 
 %typemap(in, numinputs=0) te_autocast_token *token (te_autocast_token temp = 0) { $1 = &temp; }
 %typemap(argout) te_autocast_token *token {
@@ -304,7 +306,9 @@ TE_TENSOR_IN(te_tensor *)
              const te_tensor *fc2_weight, const te_tensor *fc2_bias, te_tensor *ln_out,
              te_tensor *dx, te_tensor *dln_weight, te_tensor *dln_bias, te_tensor *dw,
              te_tensor *db, te_tensor *dfc1_weight, te_tensor *dfc1_bias,
-             te_tensor *dfc2_weight, te_tensor *dfc2_bias {
+             te_tensor *dfc2_weight, te_tensor *dfc2_bias, const te_tensor *q,
+             const te_tensor *k, const te_tensor *v, const te_tensor *cu_seqlens_q,
+             const te_tensor *cu_seqlens_kv, te_tensor *dq, te_tensor *dk, te_tensor *dv {
   void *p_ = NULL;
   if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
     PyErr_SetString(PyExc_TypeError, "expected a te_tensor proxy (or None)");
@@ -429,6 +433,10 @@ TE_OPAQUE(te_layernorm_mlp_backward_ctx, te_layernorm_mlp_backward_ctx_destroy)
 TE_OPAQUE(te_grouped_linear, te_grouped_linear_destroy)
 TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy)
 #endif
+#ifndef TE_SWIG_WITHOUT_ATTENTION
+TE_OPAQUE(te_attention, te_attention_destroy)
+TE_OPAQUE(te_attention_backward_ctx, te_attention_backward_ctx_destroy)
+#endif
 /* A retained reference is a new owner. */
 %newobject te_recipe_retain;
 
@@ -483,6 +491,16 @@ TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy
   ~te_grouped_linear_residuals() { te_grouped_linear_residuals_release($self); free($self); }
 }
 #endif
+#ifndef TE_SWIG_WITHOUT_ATTENTION
+%extend te_attention_options { te_attention_options() { te_attention_options *o = calloc(1, sizeof *o); te_attention_options_init(o); return o; } }
+%extend te_attention_forward_args { te_attention_forward_args() { te_attention_forward_args *o = calloc(1, sizeof *o); te_attention_forward_args_init(o); return o; } }
+%extend te_attention_grads { te_attention_grads() { te_attention_grads *o = calloc(1, sizeof *o); te_attention_grads_init(o); return o; } }
+%extend te_rope_options { te_rope_options() { te_rope_options *o = calloc(1, sizeof *o); te_rope_options_init(o); return o; } }
+%extend te_attention_residuals {
+  te_attention_residuals() { te_attention_residuals *o = calloc(1, sizeof *o); o->struct_size = sizeof *o; return o; }
+  ~te_attention_residuals() { te_attention_residuals_release($self); free($self); }
+}
+#endif
 %extend te_tensor {
   /* (data, dtype, shape, device_type, device_index, scale_inv, scaling) */
   PyObject *as_tuple() { return te_swig_tensor_to_tuple($self); }
@@ -497,6 +515,12 @@ TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy
 %ignore te_activation_backward;
 %ignore te_norm_backward;
 %ignore te_grouped_linear_backward;
+%ignore te_rope_backward;
+#ifdef TE_SWIG_WITHOUT_ATTENTION
+/* build.py: this libte.so predates attention and RoPE (te_attention_*, te_rope_*). */
+%rename("$ignore", regextarget=1) "^te_attention_";
+%rename("$ignore", regextarget=1) "^te_rope_";
+#endif
 #ifdef TE_SWIG_WITHOUT_GROUPED_LINEAR
 /* build.py: this libte.so predates GroupedLinear (wrapping its functions would make the module
  * fail to import). */
@@ -509,6 +533,7 @@ TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy
 %rename(te_activation_backward) te_swig_decl_activation_backward;
 %rename(te_norm_backward) te_swig_decl_norm_backward;
 %rename(te_grouped_linear_backward) te_swig_decl_grouped_linear_backward;
+%rename(te_rope_backward) te_swig_decl_rope_backward;
 %inline %{
 te_status te_swig_decl_linear_backward(te_context *ctx, te_linear_backward_ctx *bwd,
                                        const te_tensor *dy, te_tensor *grad_x, te_tensor *grad_w,
@@ -532,6 +557,13 @@ te_status te_swig_decl_grouped_linear_backward(te_context *ctx, te_grouped_linea
                                                te_tensor *const *grad_ws, te_tensor *const *grad_bs,
                                                const te_linear_backward_args *args) {
   return te_grouped_linear_backward(ctx, bwd, dy, grad_x, grad_ws, grad_bs, args);
+}
+#endif
+#ifndef TE_SWIG_WITHOUT_ATTENTION
+te_status te_swig_decl_rope_backward(te_context *ctx, const te_rope_options *opts,
+                                     const te_tensor *dy, const te_tensor *freqs,
+                                     const te_tensor *cu_seqlens, te_tensor *grad_x) {
+  return te_rope_backward(ctx, opts, dy, freqs, cu_seqlens, grad_x);
 }
 #endif
 %}
@@ -575,7 +607,9 @@ size_t te_swig_sizeof(const char *name) {
   TE_SWIG_SIZE(te_layernorm_mlp_options); TE_SWIG_SIZE(te_layernorm_mlp_forward_args);
   TE_SWIG_SIZE(te_layernorm_mlp_residuals); TE_SWIG_SIZE(te_layernorm_mlp_grads);
   TE_SWIG_SIZE(te_grouped_linear_options); TE_SWIG_SIZE(te_grouped_linear_forward_args);
-  TE_SWIG_SIZE(te_grouped_linear_residuals);
+  TE_SWIG_SIZE(te_grouped_linear_residuals); TE_SWIG_SIZE(te_attention_options);
+  TE_SWIG_SIZE(te_attention_forward_args); TE_SWIG_SIZE(te_attention_residuals);
+  TE_SWIG_SIZE(te_attention_grads); TE_SWIG_SIZE(te_rope_options);
 #undef TE_SWIG_SIZE
   return 0;
 }
@@ -1034,6 +1068,116 @@ te_status te_swig_grouped_linear_backward(te_context *ctx, te_grouped_linear_bac
   te_linear_backward_args_init(&args);
   args.flags = once ? TE_BACKWARD_ONCE : 0u;
   return te_grouped_linear_backward(ctx, bwd, dy, grad_x, grad_ws, grad_bs, &args);
+}
+#endif
+/* Attention and RoPE: q, k, v, the offsets and the gradients as positional tensors; max_seqlen_*
+ * 0 for BSHD. Residuals in the caller's memory: residuals is an address (int). */
+#ifndef TE_SWIG_WITHOUT_ATTENTION
+static void te_swig_attention_args(te_attention_forward_args *a, const te_tensor *attn_q,
+                                   const te_tensor *attn_k, const te_tensor *attn_v,
+                                   const te_tensor *offsets_q, const te_tensor *offsets_kv,
+                                   int64_t max_seqlen_q, int64_t max_seqlen_kv) {
+  te_attention_forward_args_init(a);
+  a->q = attn_q;
+  a->k = attn_k;
+  a->v = attn_v;
+  a->cu_seqlens_q = offsets_q;
+  a->cu_seqlens_kv = offsets_kv;
+  a->max_seqlen_q = max_seqlen_q;
+  a->max_seqlen_kv = max_seqlen_kv;
+}
+
+static void te_swig_attention_grads(te_attention_grads *g, te_tensor *grad_q, te_tensor *grad_k,
+                                    te_tensor *grad_v) {
+  te_attention_grads_init(g);
+  g->dq = grad_q;
+  g->dk = grad_k;
+  g->dv = grad_v;
+}
+
+te_status te_swig_attention_forward_compute(te_context *ctx, te_attention *m,
+                                            const te_tensor *attn_q, const te_tensor *attn_k,
+                                            const te_tensor *attn_v, const te_tensor *offsets_q,
+                                            const te_tensor *offsets_kv, int64_t max_seqlen_q,
+                                            int64_t max_seqlen_kv, te_tensor *o,
+                                            te_attention_residuals *residuals) {
+  te_attention_forward_args a;
+  te_swig_attention_args(&a, attn_q, attn_k, attn_v, offsets_q, offsets_kv, max_seqlen_q, max_seqlen_kv);
+  return te_attention_forward_compute(ctx, m, &a, o, residuals);
+}
+
+te_status te_swig_attention_forward(te_context *ctx, te_attention *m, const te_tensor *attn_q,
+                                    const te_tensor *attn_k, const te_tensor *attn_v,
+                                    const te_tensor *offsets_q, const te_tensor *offsets_kv,
+                                    int64_t max_seqlen_q, int64_t max_seqlen_kv, te_tensor *o,
+                                    te_attention_backward_ctx **out) {
+  te_attention_forward_args a;
+  te_swig_attention_args(&a, attn_q, attn_k, attn_v, offsets_q, offsets_kv, max_seqlen_q, max_seqlen_kv);
+  return te_attention_forward(ctx, m, &a, o, out);
+}
+
+te_status te_swig_attention_backward(te_context *ctx, te_attention_backward_ctx *bwd,
+                                     const te_tensor *d_o, te_tensor *grad_q, te_tensor *grad_k,
+                                     te_tensor *grad_v, int once) {
+  te_attention_grads g;
+  te_linear_backward_args args;
+  te_swig_attention_grads(&g, grad_q, grad_k, grad_v);
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_attention_backward(ctx, bwd, d_o, &g, &args);
+}
+
+PyObject *te_swig_attention_residuals_tensors(const te_attention_residuals *r) {
+  return Py_BuildValue("(NNNNNN)", te_swig_tensor_to_tuple(&r->q), te_swig_tensor_to_tuple(&r->k),
+                       te_swig_tensor_to_tuple(&r->v), te_swig_tensor_to_tuple(&r->o),
+                       te_swig_tensor_to_tuple(&r->lse), PyBool_FromLong(r->fp8));
+}
+
+te_status te_swig_attention_residuals_size(te_context *ctx, const te_attention *m,
+                                           const te_tensor *attn_q, const te_tensor *attn_k,
+                                           const te_tensor *attn_v, const te_tensor *offsets_q,
+                                           const te_tensor *offsets_kv, int64_t max_seqlen_q,
+                                           int64_t max_seqlen_kv, size_t *size) {
+  te_attention_forward_args a;
+  te_swig_attention_args(&a, attn_q, attn_k, attn_v, offsets_q, offsets_kv, max_seqlen_q, max_seqlen_kv);
+  return te_attention_residuals_size(ctx, m, &a, size);
+}
+
+te_status te_swig_attention_forward_compute_into(
+    te_context *ctx, te_attention *m, const te_tensor *attn_q, const te_tensor *attn_k,
+    const te_tensor *attn_v, const te_tensor *offsets_q, const te_tensor *offsets_kv,
+    int64_t max_seqlen_q, int64_t max_seqlen_kv, te_tensor *o, void *residuals,
+    size_t residuals_bytes) {
+  te_attention_forward_args a;
+  te_swig_attention_args(&a, attn_q, attn_k, attn_v, offsets_q, offsets_kv, max_seqlen_q, max_seqlen_kv);
+  return te_attention_forward_compute_into(ctx, m, &a, o, residuals, residuals_bytes);
+}
+
+te_status te_swig_attention_backward_from(
+    te_context *ctx, te_attention *m, const te_tensor *attn_q, const te_tensor *attn_k,
+    const te_tensor *attn_v, const te_tensor *offsets_q, const te_tensor *offsets_kv,
+    int64_t max_seqlen_q, int64_t max_seqlen_kv, const te_tensor *o, const void *residuals,
+    size_t residuals_bytes, const te_tensor *d_o, te_tensor *grad_q, te_tensor *grad_k,
+    te_tensor *grad_v, int once) {
+  te_attention_forward_args a;
+  te_attention_grads g;
+  te_linear_backward_args args;
+  te_swig_attention_args(&a, attn_q, attn_k, attn_v, offsets_q, offsets_kv, max_seqlen_q, max_seqlen_kv);
+  te_swig_attention_grads(&g, grad_q, grad_k, grad_v);
+  te_linear_backward_args_init(&args);
+  args.flags = once ? TE_BACKWARD_ONCE : 0u;
+  return te_attention_backward_from(ctx, m, &a, o, residuals, residuals_bytes, d_o, &g, &args);
+}
+
+te_status te_swig_rope(te_context *ctx, int rot_dim, int interleaved, const te_tensor *rope_in,
+                       const te_tensor *freqs, const te_tensor *cu_seqlens, te_tensor *rope_out,
+                       int backward) {
+  te_rope_options o;
+  te_rope_options_init(&o);
+  o.rot_dim = rot_dim;
+  o.interleaved = interleaved ? 1 : 0;
+  if (backward) return te_rope_backward(ctx, &o, rope_in, freqs, cu_seqlens, rope_out);
+  return te_rope_forward(ctx, &o, rope_in, freqs, cu_seqlens, rope_out);
 }
 #endif
 %}

@@ -14,6 +14,8 @@ ctypes; LIBTE_BACKEND=ctypes|swig forces one. `libte.BACKEND` says which is in u
 from . import _constants as constants
 from ._loader import path as library_path
 from ._lowlevel import BACKEND, ll as _ll
+from .attention import (Attention, AttentionBackwardContext, AttentionGradients,
+                        AttentionResiduals, rope_backward, rope_forward)
 from .autocast import AutocastState, autocast
 from .context import Context, ContextStats
 from .errors import (CublasError, CudaError, Error, InternalError, InvalidArgument,
@@ -45,7 +47,8 @@ def last_error():
     return _ll.last_error()
 
 
-__all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
+__all__ = ["Attention", "AttentionBackwardContext", "AttentionGradients", "AttentionResiduals",
+           "AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
            "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "GroupedLinear",
            "GroupedLinearBackwardContext", "GroupedLinearGradients", "GroupedLinearResiduals",
            "InternalError", "InvalidArgument", "InvalidState", "LayerNormLinear",
@@ -56,4 +59,4 @@ __all__ = ["AutocastState", "BACKEND", "BackwardContext", "Context", "ContextSta
            "Unsupported",
            "activation_backward", "activation_forward", "amax", "autocast", "cast_transpose",
            "constants", "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id",
-           "norm_backward", "norm_forward", "quantize", "version"]
+           "norm_backward", "norm_forward", "quantize", "rope_backward", "rope_forward", "version"]

@@ -25,6 +25,7 @@ if ml_dtypes is not None:
     _NUMPY_TO_TE[np.dtype(ml_dtypes.float8_e4m3fn)] = C.DTYPE_E4M3
     _NUMPY_TO_TE[np.dtype(ml_dtypes.float8_e5m2)] = C.DTYPE_E5M2
 _UINT8 = np.dtype(np.uint8)
+_INT32 = np.dtype(np.int32)
 
 _NAME_TO_TE = {
     "float32": C.DTYPE_F32, "f32": C.DTYPE_F32, "fp32": C.DTYPE_F32,
@@ -35,6 +36,7 @@ _NAME_TO_TE = {
 }
 
 _CAI_TYPESTR = {"<f4": C.DTYPE_F32, "<f2": C.DTYPE_F16}
+_CAI_INT32 = {"<i4"}
 _CAI_BYTES = {"|u1", "<u1", "|i1", "<i1"}
 _CAI_VOID = {"<V2", "|V2"}
 
@@ -68,6 +70,8 @@ def numpy_dtype(code):
         return np.dtype(np.float32)
     if code == C.DTYPE_F16:
         return np.dtype(np.float16)
+    if code == C.DTYPE_I32:
+        return _INT32
     if ml_dtypes is None:
         raise InvalidArgument("%s NumPy arrays need the ml_dtypes package (pip install "
                               "ml_dtypes)" % C.DTYPE_NAMES[code])
@@ -75,10 +79,15 @@ def numpy_dtype(code):
                      C.DTYPE_E5M2: ml_dtypes.float8_e5m2}[code])
 
 
-def check_kind(code, fp8_dtype, name, got):
-    """High precision expected (fp8_dtype None) or that FP8 dtype."""
-    if fp8_dtype is None:
-        if code is None or code in C.FP8_DTYPES:
+def check_kind(code, fp8_dtype, name, got, index=False):
+    """High precision expected (fp8_dtype None) or that FP8 dtype; with index=True int32
+    (sequence offsets: attention's cu_seqlens)."""
+    if index:
+        if code != C.DTYPE_I32:
+            raise InvalidArgument("argument '%s': expected dtype int32 (sequence offsets), got %s"
+                                  % (name, got))
+    elif fp8_dtype is None:
+        if code is None or code in C.FP8_DTYPES or code == C.DTYPE_I32:
             raise InvalidArgument("argument '%s': expected dtype float32, float16 or bfloat16, "
                                   "got %s" % (name, got))
     elif code != fp8_dtype:
@@ -117,17 +126,17 @@ class Adapted:
         self.is_numpy = is_numpy
 
 
-def _from_numpy(a, name, writable, fp8_dtype, device):
+def _from_numpy(a, name, writable, fp8_dtype, device, index=False):
     if not a.flags.c_contiguous:
         raise InvalidArgument("argument '%s': expected a C-contiguous array, got strides %s for "
                               "shape %s (use numpy.ascontiguousarray)" % (name, a.strides, a.shape))
     if writable and not a.flags.writeable:
         raise InvalidArgument("argument '%s': expected a writable array, got a read-only one"
                               % name)
-    code = _NUMPY_TO_TE.get(a.dtype)
+    code = C.DTYPE_I32 if a.dtype == _INT32 else _NUMPY_TO_TE.get(a.dtype)
     if fp8_dtype is not None and a.dtype == _UINT8:
         code = fp8_dtype
-    check_kind(code, fp8_dtype, name, a.dtype)
+    check_kind(code, fp8_dtype, name, a.dtype, index)
     shape = a.shape
     _check_rank(shape, name)
     dev = device if device is not None else (C.DEVICE_CPU, 0)
@@ -135,7 +144,7 @@ def _from_numpy(a, name, writable, fp8_dtype, device):
             C.SCALING_PER_TENSOR)
 
 
-def _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device):
+def _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device, index=False):
     try:
         shape = tuple(int(d) for d in cai["shape"])
         typestr = cai["typestr"]
@@ -145,7 +154,12 @@ def _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device):
                               % (name, e)) from None
     if cai.get("mask") is not None:
         raise InvalidArgument("argument '%s': masked CUDA arrays are not supported" % name)
-    if typestr in _CAI_TYPESTR and (fp8_dtype is None):
+    if index:
+        if typestr not in _CAI_INT32:
+            raise InvalidArgument("argument '%s': expected dtype int32 (CUDA array typestr <i4: "
+                                  "sequence offsets), got %r" % (name, typestr))
+        code = C.DTYPE_I32
+    elif typestr in _CAI_TYPESTR and (fp8_dtype is None):
         code = _CAI_TYPESTR[typestr]
     elif typestr in _CAI_BYTES and fp8_dtype is not None:
         code = fp8_dtype
@@ -173,12 +187,13 @@ def _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device):
     return Adapted(desc, obj, stream)
 
 
-def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0):
+def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0, index=False):
     """The Adapted view of a caller array. `device` is the context's (type, index): NumPy
     arrays are host memory whatever it is (the C library rejects a mismatch with a message);
-    `stream` is the context's stream, handed to DLPack producers."""
+    `stream` is the context's stream, handed to DLPack producers. index=True: an int32 array
+    of sequence offsets (TE_DTYPE_I32) is expected instead of floating-point data."""
     if isinstance(obj, np.ndarray):
-        return Adapted(_from_numpy(obj, name, writable, fp8_dtype, None), obj, None, True)
+        return Adapted(_from_numpy(obj, name, writable, fp8_dtype, None, index), obj, None, True)
     has_dlpack = hasattr(obj, "__dlpack__")
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)
@@ -192,14 +207,14 @@ def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0):
         # A void typestr says nothing of the dtype (PyTorch's bfloat16 is '<V2'): where the
         # object speaks DLPack too, that route names it.
         if not (has_dlpack and cai.get("typestr") in _CAI_VOID):
-            return _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device)
+            return _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device, index)
     if has_dlpack:
         imported = DLPackImport(obj, name, fp8_dtype, stream)
         if writable and imported.readonly:
             raise InvalidArgument("argument '%s': expected a writable tensor, the DLPack "
                                   "producer marked it read-only" % name)
         check_kind(imported.desc[1], fp8_dtype, name,
-                   "DLPack dtype " + C.DTYPE_NAMES.get(imported.desc[1], "?"))
+                   "DLPack dtype " + C.DTYPE_NAMES.get(imported.desc[1], "?"), index)
         _check_rank(imported.desc[2], name)
         return Adapted(imported.desc, imported)
     raise InvalidArgument("argument '%s': expected a NumPy array or an object with "

@@ -24,10 +24,12 @@ DTYPE_F16 = 1
 DTYPE_BF16 = 2
 DTYPE_E4M3 = 3
 DTYPE_E5M2 = 4
+DTYPE_I32 = 5  # int32: sequence offsets (attention's and RoPE's cu_seqlens)
 FP8_DTYPES = (DTYPE_E4M3, DTYPE_E5M2)
 DTYPE_NAMES = {DTYPE_F32: "float32", DTYPE_F16: "float16", DTYPE_BF16: "bfloat16",
-               DTYPE_E4M3: "float8_e4m3fn", DTYPE_E5M2: "float8_e5m2"}
-DTYPE_ITEMSIZE = {DTYPE_F32: 4, DTYPE_F16: 2, DTYPE_BF16: 2, DTYPE_E4M3: 1, DTYPE_E5M2: 1}
+               DTYPE_E4M3: "float8_e4m3fn", DTYPE_E5M2: "float8_e5m2", DTYPE_I32: "int32"}
+DTYPE_ITEMSIZE = {DTYPE_F32: 4, DTYPE_F16: 2, DTYPE_BF16: 2, DTYPE_E4M3: 1, DTYPE_E5M2: 1,
+                  DTYPE_I32: 4}
 
 # te_scaling_mode
 SCALING_PER_TENSOR = 0
@@ -80,6 +82,23 @@ EPILOGUE_GELU = 2
 EPILOGUE_BIAS_GELU = 3
 
 BACKWARD_ONCE = 1
+
+# te_attn_mask
+ATTN_MASK_NONE = 0
+ATTN_MASK_CAUSAL = 1
+ATTN_MASK_CAUSAL_BOTTOM_RIGHT = 2
+ATTN_MASK_NAMES = {ATTN_MASK_NONE: "no_mask", ATTN_MASK_CAUSAL: "causal",
+                   ATTN_MASK_CAUSAL_BOTTOM_RIGHT: "causal_bottom_right"}
+
+# te_attention_tensor: the scaling states of FP8 attention
+ATTN_Q = 0
+ATTN_K = 1
+ATTN_V = 2
+ATTN_S = 3   # the softmax output P
+ATTN_DO = 4  # backward: dO
+ATTN_DP = 5  # backward: dS = P * (dP - D)
+ATTN_TENSOR_NAMES = {ATTN_Q: "q", ATTN_K: "k", ATTN_V: "v", ATTN_S: "s", ATTN_DO: "do",
+                     ATTN_DP: "dp"}
 
 # The fields of te_recipe_options after struct_size, in header order.
 RECIPE_FIELDS = ("kind", "format", "margin", "amax_history_len", "amax_algo", "reduce_amax",

@@ -191,6 +191,31 @@ class te_grouped_linear_residuals(Structure):
     _fields_ = [("struct_size", c_size_t), ("fp8", c_int32), ("internal", c_void_p)]
 
 
+class te_attention_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("num_heads", c_int32), ("num_kv_heads", c_int32),
+                ("head_dim", c_int32), ("softmax_scale", c_float), ("mask", c_int),
+                ("activation_dtype", c_int), ("fp8", c_int32)]
+
+
+class te_attention_forward_args(Structure):
+    _fields_ = [("struct_size", c_size_t), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
+                ("cu_seqlens_q", c_void_p), ("cu_seqlens_kv", c_void_p),
+                ("max_seqlen_q", c_int64), ("max_seqlen_kv", c_int64)]
+
+
+class te_attention_residuals(Structure):
+    _fields_ = [("struct_size", c_size_t), ("q", te_tensor), ("k", te_tensor), ("v", te_tensor),
+                ("o", te_tensor), ("lse", te_tensor), ("fp8", c_int32), ("internal", c_void_p)]
+
+
+class te_attention_grads(Structure):
+    _fields_ = [("struct_size", c_size_t), ("dq", c_void_p), ("dk", c_void_p), ("dv", c_void_p)]
+
+
+class te_rope_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("rot_dim", c_int32), ("interleaved", c_int32)]
+
+
 SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_tensor, te_context_options, te_context_stats, te_recipe_options, te_nccl_id,
     te_group_nccl_options, te_autocast_options,
@@ -200,7 +225,8 @@ SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_layernorm_linear_forward_args, te_layernorm_linear_residuals, te_layernorm_linear_grads,
     te_layernorm_mlp_options, te_layernorm_mlp_forward_args, te_layernorm_mlp_residuals,
     te_layernorm_mlp_grads, te_grouped_linear_options, te_grouped_linear_forward_args,
-    te_grouped_linear_residuals)}
+    te_grouped_linear_residuals, te_attention_options, te_attention_forward_args,
+    te_attention_residuals, te_attention_grads, te_rope_options)}
 
 
 # ---- function prototypes ---------------------------------------------------------------------
@@ -338,6 +364,22 @@ if _grouped is not None and "backward_from" in _grouped:  # dx, dw[], db[] inste
                                     c_size_t, _P, _P, _P, _P, _P)
 if _grouped is not None:
     _grouped["backward"] = _fn("te_grouped_linear_backward", _S, _P, _P, _P, _P, _P, _P, _P)
+_attn = _module_fns("attention")
+if _attn is not None:
+    _attn["grads_init"] = _fn("te_attention_grads_init", _S, _P)
+    _attn["backward"] = _fn("te_attention_backward", _S, _P, _P, _P, _P, _P)
+    _attn["residuals_size"] = _fn("te_attention_residuals_size", _S, _P, _P, _P,
+                                  POINTER(c_size_t))
+    _attn["forward_compute_into"] = _fn("te_attention_forward_compute_into", _S, _P, _P, _P, _P,
+                                        _P, c_size_t)
+    # inputs and o, then the residual block, d_o, grads, backward args
+    _attn["backward_from"] = _fn("te_attention_backward_from", _S, _P, _P, _P, _P, _P, c_size_t,
+                                 _P, _P, _P)
+_rope = None
+if hasattr(_lib, "te_rope_forward"):
+    _rope = {"options_init": _fn("te_rope_options_init", _S, _P),
+             "forward": _fn("te_rope_forward", _S, _P, _P, _P, _P, _P, _P),
+             "backward": _fn("te_rope_backward", _S, _P, _P, _P, _P, _P, _P)}
 
 
 def _raise(status):
@@ -1436,3 +1478,148 @@ def grouped_linear_state_save(ctx, g):
 
 def grouped_linear_state_load(ctx, g, data):
     _state_load(_grouped, ctx, g, data)
+
+
+# Attention (absent from a libte.so built before it: Unsupported)
+
+def attention_create(ctx, num_heads, num_kv_heads, head_dim, softmax_scale, mask, dtype, fp8):
+    fns = _module(_attn, "attention")
+    o = _options(fns, te_attention_options)
+    o.num_heads = num_heads
+    o.num_kv_heads = num_kv_heads
+    o.head_dim = head_dim
+    o.softmax_scale = softmax_scale
+    o.mask = mask
+    o.activation_dtype = dtype
+    o.fp8 = 1 if fp8 else 0
+    return _create(fns, ctx, o)
+
+
+def attention_destroy(m):
+    _attn["destroy"](m)
+
+
+def _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv):
+    a = te_attention_forward_args(ctypes.sizeof(te_attention_forward_args))
+    a.q = _tensor(0, q)
+    a.k = _tensor(1, k)
+    a.v = _tensor(2, v)
+    a.cu_seqlens_q = _tensor(3, cu_q)
+    a.cu_seqlens_kv = _tensor(4, cu_kv)
+    a.max_seqlen_q = max_q or 0
+    a.max_seqlen_kv = max_kv or 0
+    return byref(a)
+
+
+def attention_forward_compute(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o):
+    res = te_attention_residuals(ctypes.sizeof(te_attention_residuals))
+    return _forward_compute(_module(_attn, "attention"), ctx, m,
+                            _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv), o, res)
+
+
+def attention_residuals_tensors(res):
+    """(q, k, v, o, lse) TensorDescs and the fp8 flag."""
+    return (_desc(res.q), _desc(res.k), _desc(res.v), _desc(res.o), _desc(res.lse),
+            bool(res.fp8))
+
+
+def attention_residuals_release(res):
+    _attn["residuals_release"](byref(res))
+
+
+def attention_forward_save(ctx, m, res):
+    return _forward_save(_attn, ctx, m, res)
+
+
+def attention_forward(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o):
+    return _forward(_module(_attn, "attention"), ctx, m,
+                    _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv), o)
+
+
+def _attn_grads(slot, dq, dk, dv):
+    g = te_attention_grads(ctypes.sizeof(te_attention_grads))
+    g.dq = _tensor(slot, dq)
+    g.dk = _tensor(slot + 1, dk)
+    g.dv = _tensor(slot + 2, dv)
+    return g
+
+
+def attention_backward(ctx, bwd, d_o, dq, dk, dv, once):
+    g = _attn_grads(1, dq, dk, dv)
+    st = _attn["backward"](ctx, bwd, _tensor(0, d_o), byref(g),
+                           _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def attention_backward_ctx_destroy(bwd):
+    _attn["backward_ctx_destroy"](bwd)
+
+
+def attention_residuals_size(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv):
+    return _residuals_size(_module(_attn, "attention"), ctx, m,
+                           _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv))
+
+
+def attention_forward_compute_into(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o, residuals,
+                                   nbytes):
+    _forward_compute_into(_module(_attn, "attention"), ctx, m,
+                          _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv), o, residuals, nbytes)
+
+
+def attention_backward_from(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o, residuals, nbytes,
+                            d_o, dq, dk, dv, once):
+    fns = _module(_attn, "attention")
+    g = _attn_grads(7, dq, dk, dv)
+    st = fns["backward_from"](ctx, m, _attn_args(q, k, v, cu_q, cu_kv, max_q, max_kv),
+                              _tensor(5, o), residuals or None, nbytes, _tensor(6, d_o),
+                              byref(g), _BACKWARD_ADDRS[1 if once else 0])
+    if st:
+        _raise(st)
+
+
+def attention_get_scaling_state(ctx, m, which, history_cap):
+    return _scaling_state(_attn, ctx, m, (), which, history_cap)
+
+
+def attention_state_save(ctx, m):
+    return _state_save(_attn, ctx, m)
+
+
+def attention_state_load(ctx, m, data):
+    _state_load(_attn, ctx, m, data)
+
+
+# RoPE
+
+def _rope_fns():
+    if _rope is None:
+        raise Unsupported("te_rope_forward: the loaded libte.so (%s) does not export te_rope_*; "
+                          "rebuild libte" % version_string())
+    return _rope
+
+
+def _rope_options(fns, rot_dim, interleaved):
+    o = te_rope_options()
+    st = fns["options_init"](byref(o))
+    if st:
+        _raise(st)
+    o.rot_dim = rot_dim
+    o.interleaved = 1 if interleaved else 0
+    return byref(o)
+
+
+def rope_forward(ctx, rot_dim, interleaved, x, freqs, cu_seqlens, y):
+    fns = _rope_fns()
+    st = fns["forward"](ctx, _rope_options(fns, rot_dim, interleaved), _tensor(0, x),
+                        _tensor(1, freqs), _tensor(2, cu_seqlens), _tensor(3, y))
+    if st:
+        _raise(st)
+
+
+def rope_backward(ctx, rot_dim, interleaved, dy, freqs, cu_seqlens, dx):
+    fns = _rope_fns()
+    st = fns["backward"](ctx, _rope_options(fns, rot_dim, interleaved), _tensor(0, dy),
+                         _tensor(1, freqs), _tensor(2, cu_seqlens), _tensor(3, dx))
+    if st:
+        _raise(st)

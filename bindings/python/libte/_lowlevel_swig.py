@@ -24,7 +24,8 @@ SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
     "te_layernorm_linear_residuals", "te_layernorm_linear_grads", "te_layernorm_mlp_options",
     "te_layernorm_mlp_forward_args", "te_layernorm_mlp_residuals", "te_layernorm_mlp_grads",
     "te_grouped_linear_options", "te_grouped_linear_forward_args",
-    "te_grouped_linear_residuals")}
+    "te_grouped_linear_residuals", "te_attention_options", "te_attention_forward_args",
+    "te_attention_residuals", "te_attention_grads", "te_rope_options")}
 
 version = _te.te_version
 version_string = _te.te_version_string
@@ -585,3 +586,109 @@ def grouped_linear_backward_from(ctx, g, x, m_splits, weights, biases, residuals
             _at_most(arr, name)
     f(ctx, g, 1 if x is not None else 0, x, m_splits, weights, biases, residuals or None, nbytes,
       dy, dx, dw, db, 1 if once else 0)
+
+
+# ---- attention and RoPE (absent from a module built against a libte.so without them) ----------
+
+_ATTENTION = hasattr(_te, "te_swig_attention_forward")
+
+
+def _attention(name="te_attention_create"):
+    if not _ATTENTION:
+        raise Unsupported("%s: the loaded libte.so (%s) does not export te_attention_* / "
+                          "te_rope_* (or the SWIG module was built before them); rebuild libte "
+                          "and the module (bindings/swig/build.py)"
+                          % (name, _te.te_version_string()))
+
+
+def attention_create(ctx, num_heads, num_kv_heads, head_dim, softmax_scale, mask, dtype, fp8):
+    _attention()
+    o = _te.te_attention_options()
+    o.num_heads = num_heads
+    o.num_kv_heads = num_kv_heads
+    o.head_dim = head_dim
+    o.softmax_scale = softmax_scale
+    o.mask = mask
+    o.activation_dtype = dtype
+    o.fp8 = 1 if fp8 else 0
+    return _te.te_attention_create(ctx, o)
+
+
+def attention_destroy(m):
+    _te.te_attention_destroy(m)
+
+
+def attention_forward_compute(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o):
+    _attention()
+    res = _te.te_attention_residuals()
+    _te.te_swig_attention_forward_compute(ctx, m, q, k, v, cu_q, cu_kv, max_q or 0, max_kv or 0,
+                                          o, res)
+    return res
+
+
+def attention_residuals_tensors(res):
+    return _te.te_swig_attention_residuals_tensors(res)
+
+
+def attention_residuals_release(res):
+    _te.te_attention_residuals_release(res)
+
+
+def attention_forward_save(ctx, m, res):
+    return _te.te_attention_forward_save(ctx, m, res)
+
+
+def attention_forward(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o):
+    _attention()
+    return _te.te_swig_attention_forward(ctx, m, q, k, v, cu_q, cu_kv, max_q or 0, max_kv or 0, o)
+
+
+def attention_backward(ctx, bwd, d_o, dq, dk, dv, once):
+    _te.te_swig_attention_backward(ctx, bwd, d_o, dq, dk, dv, 1 if once else 0)
+
+
+def attention_backward_ctx_destroy(bwd):
+    _te.te_attention_backward_ctx_destroy(bwd)
+
+
+def attention_residuals_size(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv):
+    _attention()
+    return _te.te_swig_attention_residuals_size(ctx, m, q, k, v, cu_q, cu_kv, max_q or 0,
+                                                max_kv or 0)
+
+
+def attention_forward_compute_into(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o, residuals,
+                                   nbytes):
+    _attention()
+    _te.te_swig_attention_forward_compute_into(ctx, m, q, k, v, cu_q, cu_kv, max_q or 0,
+                                               max_kv or 0, o, residuals or None, nbytes)
+
+
+def attention_backward_from(ctx, m, q, k, v, cu_q, cu_kv, max_q, max_kv, o, residuals, nbytes,
+                            d_o, dq, dk, dv, once):
+    _attention()
+    _te.te_swig_attention_backward_from(ctx, m, q, k, v, cu_q, cu_kv, max_q or 0, max_kv or 0, o,
+                                        residuals or None, nbytes, d_o, dq, dk, dv,
+                                        1 if once else 0)
+
+
+def attention_get_scaling_state(ctx, m, which, history_cap):
+    return _scaling_state(_te.te_attention_get_scaling_state, ctx, m, (), which, history_cap)
+
+
+def attention_state_save(ctx, m):
+    return _state_save(_te.te_attention_state_save, ctx, m)
+
+
+def attention_state_load(ctx, m, data):
+    _te.te_attention_state_load(ctx, m, data)
+
+
+def rope_forward(ctx, rot_dim, interleaved, x, freqs, cu_seqlens, y):
+    _attention("te_rope_forward")
+    _te.te_swig_rope(ctx, rot_dim, 1 if interleaved else 0, x, freqs, cu_seqlens, y, 0)
+
+
+def rope_backward(ctx, rot_dim, interleaved, dy, freqs, cu_seqlens, dx):
+    _attention("te_rope_backward")
+    _te.te_swig_rope(ctx, rot_dim, 1 if interleaved else 0, dy, freqs, cu_seqlens, dx, 1)

@@ -14,6 +14,7 @@ EXTRA_VERSION = 1
 _HEADER = struct.Struct("<12sII")  # magic, version, kind code (the module class's)
 
 KIND_LINEAR, KIND_LAYERNORM_LINEAR, KIND_LAYERNORM_MLP, KIND_GROUPED_LINEAR = 1, 2, 3, 4
+KIND_ATTENTION = 5
 
 
 def default_init(weight):
