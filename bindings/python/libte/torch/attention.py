@@ -11,10 +11,16 @@ import torch
 from .. import _constants as C
 from .._lowlevel import ll
 from ..attention import Attention as _CAttention, mask_code
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidState
 from . import _runtime as rt
 from ._base import KIND_ATTENTION, TEModule
-from .linear import _released
+
+
+def _released(e):
+    return InvalidState(
+        "libte.torch: backward through a graph whose attention residuals an earlier backward "
+        "released (for loss.backward(retain_graph=True) run the forward inside "
+        "libte.torch.retain_residuals()); library: %s" % e)
 
 Tensor = torch.Tensor
 _U8 = torch.uint8

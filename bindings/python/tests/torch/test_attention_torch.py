@@ -152,6 +152,15 @@ def test_retain_graph_second_backward_is_identical():
         assert torch.equal(a, t.grad)
 
 
+def test_second_backward_without_retain_residuals_is_a_clear_error():
+    m = lt.DotProductAttention(4, 16, qkv_format="bshd")
+    q, k, v = qkv(1, 8, 8, 4, 4, 16)
+    y = m(q, k, v)
+    y.sum().backward(retain_graph=True)
+    with pytest.raises(libte.InvalidState, match="retain_residuals"):
+        y.sum().backward()
+
+
 def test_errors_are_libte_errors():
     m = lt.DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="bshd")
     q, k, v = qkv(1, 8, 8, 4, 2, 16)
