@@ -209,7 +209,13 @@ def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0, i
         if not (has_dlpack and cai.get("typestr") in _CAI_VOID):
             return _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device, index)
     if has_dlpack:
-        imported = DLPackImport(obj, name, fp8_dtype, stream)
+        try:
+            imported = DLPackImport(obj, name, fp8_dtype, stream)
+        except InvalidArgument as e:
+            if "argument '%s'" % name in str(e):
+                raise
+            raise InvalidArgument("argument '%s': %s%s" % (
+                name, e, " (expected int32 sequence offsets)" if index else "")) from e
         if writable and imported.readonly:
             raise InvalidArgument("argument '%s': expected a writable tensor, the DLPack "
                                   "producer marked it read-only" % name)

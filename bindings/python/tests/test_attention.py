@@ -413,3 +413,21 @@ def test_rope_errors(ctx, rng):
         libte.rope_backward(ctx, x, angles(8, 8).astype(np.float16))
     with pytest.raises(libte.InvalidArgument, match="cu_seqlens.*int32"):
         libte.rope_forward(ctx, x[0], angles(8, 8), np.array([0, 8], np.float32))
+
+
+def test_dlpack_inputs_and_int32_offsets(ctx, rng):
+    """Tensors of another framework through DLPack, int32 offsets included (kDLInt 32 ->
+    TE_DTYPE_I32): the same bytes as NumPy's."""
+    torch = pytest.importorskip("torch")
+    m = libte.Attention(ctx, 4, 16, num_kv_heads=2, mask="causal")
+    q, k = data(rng, (10, 4, 16)), data(rng, (10, 2, 16))
+    cu = np.array([0, 3, 10], np.int32)
+    o_np, _ = m.forward(q, k, k, cu, cu)
+    o = torch.empty(q.shape)
+    m.forward(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(k),
+              torch.from_numpy(cu), torch.from_numpy(cu), max_seqlen_q=7, max_seqlen_kv=7, out=o)
+    assert o.numpy().tobytes() == o_np.tobytes()
+    with pytest.raises(libte.InvalidArgument, match="cu_seqlens_kv.*int32"):
+        m.forward(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(k),
+                  torch.from_numpy(cu), torch.from_numpy(cu).long(), max_seqlen_q=7,
+                  max_seqlen_kv=7, out=o)
