@@ -24,7 +24,9 @@ from ..recipe import Recipe
 from .linear import Linear
 from .layernorm import LayerNormLinear, LayerNormMLP
 from .grouped_linear import GroupedLinear
-from .attention import DotProductAttention, apply_rotary_pos_emb
+from .attention import DotProductAttention, RotaryPositionEmbedding, apply_rotary_pos_emb
 
-__all__ = ["DelayedScaling", "DotProductAttention", "Float8BlockScaling", "Float8CurrentScaling", "Format",
-           "GroupedLinear", "LayerNormLinear", "LayerNormMLP", "Linear", "Recipe", "apply_rotary_pos_emb", "autocast", "context", "fp8_autocast", "retain_residuals"]
+__all__ = ["DelayedScaling", "DotProductAttention", "Float8BlockScaling", "Float8CurrentScaling",
+           "Format", "GroupedLinear", "LayerNormLinear", "LayerNormMLP", "Linear", "Recipe",
+           "RotaryPositionEmbedding", "apply_rotary_pos_emb", "autocast", "context",
+           "fp8_autocast", "retain_residuals"]

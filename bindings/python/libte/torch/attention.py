@@ -298,8 +298,10 @@ class DotProductAttention(TEModule):
                 cu_seqlens_kv = cu_seqlens_kv.to(torch.int32)
             cu_seqlens_q = cu_seqlens_q.contiguous()
             cu_seqlens_kv = cu_seqlens_kv.contiguous()
-            max_q = _max_seqlen(max_seqlen_q, cu_seqlens_q, "max_seqlen_q")
-            max_kv = _max_seqlen(max_seqlen_kv, cu_seqlens_kv, "max_seqlen_kv")
+            # A bound on every length: TE callers often pass a configured maximum above the
+            # packed batch's token count, which libte refuses; the token count bounds them too.
+            max_q = min(_max_seqlen(max_seqlen_q, cu_seqlens_q, "max_seqlen_q"), q.shape[0])
+            max_kv = min(_max_seqlen(max_seqlen_kv, cu_seqlens_kv, "max_seqlen_kv"), k.shape[0])
         else:
             if cu_seqlens_q is not None or cu_seqlens_kv is not None:
                 raise InvalidArgument("%s: cu_seqlens_q / cu_seqlens_kv need qkv_format 'thd'"
@@ -383,6 +385,42 @@ def _rope_backward(ctx, dy):
 
 
 rope_fwd.register_autograd(_rope_backward, setup_context=_rope_setup_context)
+
+
+class RotaryPositionEmbedding(torch.nn.Module):
+    """TE's RotaryPositionEmbedding: forward(max_seq_len, offset=0) -> freqs [s, 1, 1, dim']
+    (float32, each angle twice: TE's layout), for apply_rotary_pos_emb. dim' = dim *
+    rotary_percent; angles (offset + p) / seq_len_interpolation_factor * base^(-2k/dim')."""
+
+    def __init__(self, dim, rotary_percent=1.0, seq_len_interpolation_factor=None,
+                 pretrained_max_position_embeddings=None, rotary_base=10000.0,
+                 interleaved=False):
+        super().__init__()
+        dim = int(dim * rotary_percent) if rotary_percent < 1.0 else dim
+        self.seq_len_interpolation_factor = seq_len_interpolation_factor
+        self.interleaved = interleaved
+        inv = 1.0 / rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self.pretrained_max_position_embeddings = pretrained_max_position_embeddings
+
+    def forward(self, max_seq_len, offset=0):
+        seq = torch.arange(max_seq_len, device=self.inv_freq.device,
+                           dtype=self.inv_freq.dtype) + offset
+        if self.pretrained_max_position_embeddings is not None and \
+                self.seq_len_interpolation_factor is not None:
+            if max_seq_len > self.pretrained_max_position_embeddings * \
+                    self.seq_len_interpolation_factor:
+                seq = seq * (self.pretrained_max_position_embeddings / max_seq_len)
+            else:
+                seq = seq / self.seq_len_interpolation_factor
+        elif self.seq_len_interpolation_factor is not None:
+            seq = seq / self.seq_len_interpolation_factor
+        f = torch.outer(seq, self.inv_freq)
+        if self.interleaved:
+            emb = torch.stack((f, f), -1).reshape(f.shape[0], -1)
+        else:
+            emb = torch.cat((f, f), -1)
+        return emb.reshape(emb.shape[0], 1, 1, emb.shape[1])
 
 
 def _libte_freqs(freqs, interleaved):

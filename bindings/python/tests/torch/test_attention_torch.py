@@ -124,6 +124,9 @@ def test_thd_matches_sdpa_per_sequence():
     y.backward(dy)
     y2 = m(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv)  # max_seqlen from the offsets
     assert torch.equal(y, y2)
+    y3 = m(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, max_seqlen_q=4096,
+           max_seqlen_kv=4096)  # a configured bound above the token count
+    assert torch.equal(y, y3)
     for i in range(len(lens_q)):
         a, e, ka, ke = int(cu_q[i]), int(cu_q[i + 1]), int(cu_kv[i]), int(cu_kv[i + 1])
         if e == a:
@@ -342,6 +345,14 @@ def test_rope_matches_te_formula_forward_backward(interleaved, fmt):
     y2 = lt.apply_rotary_pos_emb(t.detach(), half.contiguous(), tensor_format="bshd",
                                  interleaved=interleaved)
     assert torch.equal(y2, y.detach())
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_position_embedding_is_tes_layout(interleaved):
+    rpe = lt.RotaryPositionEmbedding(32, rotary_percent=0.5, interleaved=interleaved)
+    f = rpe(20)
+    assert f.shape == (20, 1, 1, 16) and f.dtype == torch.float32
+    assert torch.equal(f, te_freqs(20, 16, interleaved))
 
 
 def test_rope_thd_positions_restart():
