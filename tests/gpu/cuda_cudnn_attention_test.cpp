@@ -1,0 +1,325 @@
+// cuDNN's fused attention (backends/cuda/cudnn_sdpa.cpp) against the CPU reference, through the
+// Backend interface, with TE_ATTENTION_IMPL=cudnn so that a call cuDNN cannot run fails instead of
+// silently taking libte's own kernels. Covers BF16 and F16, fixed lengths (BSHD) and THD,
+// masks None / Causal / CausalBottomRight, GQA, head_dim 64 and 128, forward and backward.
+// Tolerances: cuDNN rounds P to the input dtype before P V and dS before dS K / dS^T Q (the CPU
+// keeps them in fp32), so outputs agree within a few units of the dtype's last place relative to
+// the tensor's magnitude: |gpu - cpu| <= tol * (max|cpu| + |cpu|), tol = 2^-6 (BF16) or 2^-8 (F16);
+// LSE within 1e-3 absolute (fp32 statistics); rows that see no key: O = 0, LSE = -inf exactly.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.h"
+#include "numerics/numerics.h"
+
+namespace te::gpu_test {
+namespace {
+
+constexpr Device kCpu{DeviceType::CPU, 0};
+constexpr Device kGpu{DeviceType::CUDA, 0};
+
+class CudnnAttentionTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    setenv("TE_ATTENTION_IMPL", "cudnn", 1);
+    GpuTest::SetUp();
+  }
+  void TearDown() override { unsetenv("TE_ATTENTION_IMPL"); }
+};
+
+std::vector<uint8_t> to_bytes(const std::vector<float> &v, DType t) {
+  std::vector<uint8_t> b(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) store_from_float(b.data(), t, static_cast<int64_t>(i), v[i]);
+  return b;
+}
+std::vector<float> from_bytes(const std::vector<uint8_t> &b, DType t) {
+  std::vector<float> v(b.size() / dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_float(b.data(), t, static_cast<int64_t>(i));
+  return v;
+}
+std::vector<float> randn(size_t n, uint32_t seed, float sd) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto &x : v) x = normal(rng);
+  return v;
+}
+
+struct Case {
+  DType dt = DType::BF16;
+  AttnMask mask = AttnMask::None;
+  int64_t batch = 2, heads = 8, kv_heads = 2, head_dim = 64;
+  int64_t sq = 128, skv = 128;         // fixed lengths, or the max lengths for THD
+  std::vector<int32_t> lens_q, lens_kv;  // THD when not empty
+  std::string name() const {
+    std::string s = std::string(dtype_name(dt)) + " mask=" + std::to_string(static_cast<int>(mask)) + " b=" +
+                    std::to_string(batch) + " h=" + std::to_string(heads) + "/" + std::to_string(kv_heads) +
+                    " d=" + std::to_string(head_dim) + " sq=" + std::to_string(sq) + " skv=" + std::to_string(skv);
+    if (!lens_q.empty()) {
+      s += " thd q=[";
+      for (auto l : lens_q) s += std::to_string(l) + ",";
+      s += "] kv=[";
+      for (auto l : lens_kv) s += std::to_string(l) + ",";
+      s += "]";
+    }
+    return s;
+  }
+};
+
+struct Cmp {
+  double max_err = 0, max_ref = 0;
+  int64_t bad = 0, first_bad = -1;
+};
+
+Cmp compare(const std::vector<float> &ref, const std::vector<float> &got, double tol) {
+  Cmp c;
+  for (float r : ref)
+    if (std::isfinite(r)) c.max_ref = std::max(c.max_ref, (double)std::fabs(r));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = ref[i], g = got[i];
+    if (std::isinf(r) || std::isinf(g) || std::isnan(g)) {
+      if (!(r == g)) {
+        if (c.first_bad < 0) c.first_bad = (int64_t)i;
+        ++c.bad;
+      }
+      continue;
+    }
+    const double e = std::fabs(g - r);
+    c.max_err = std::max(c.max_err, e);
+    if (e > tol * (c.max_ref + std::fabs(r)) + 1e-6) {
+      if (c.first_bad < 0) c.first_bad = (int64_t)i;
+      ++c.bad;
+    }
+  }
+  return c;
+}
+
+#define EXPECT_CLOSE(ref, got, tol, what)                                                                         \
+  do {                                                                                                            \
+    const Cmp c_ = compare((ref), (got), (tol));                                                                  \
+    EXPECT_EQ(c_.bad, 0) << k.name() << " " << what << ": " << c_.bad << " bad of " << (ref).size() << ", first " \
+                         << c_.first_bad << " (cpu " << (c_.first_bad >= 0 ? (ref)[c_.first_bad] : 0.f) << " gpu " \
+                         << (c_.first_bad >= 0 ? (got)[c_.first_bad] : 0.f) << "), max err " << c_.max_err        \
+                         << " max |ref| " << c_.max_ref;                                                          \
+  } while (0)
+
+void run_case(Backend &cpu, Backend &gpu, const Case &k, uint32_t seed) {
+  const bool thd = !k.lens_q.empty();
+  std::vector<int32_t> cu_q(1, 0), cu_kv(1, 0);
+  int64_t tq, tkv;
+  if (thd) {
+    for (auto l : k.lens_q) cu_q.push_back(cu_q.back() + l);
+    for (auto l : k.lens_kv) cu_kv.push_back(cu_kv.back() + l);
+    tq = cu_q.back();
+    tkv = cu_kv.back();
+  } else {
+    tq = k.batch * k.sq;
+    tkv = k.batch * k.skv;
+  }
+  const int64_t qc = k.heads * k.head_dim, kc = k.kv_heads * k.head_dim;
+  const size_t es = dtype_size(k.dt);
+  const std::vector<uint8_t> qb = to_bytes(randn(tq * qc, seed, 1.0f), k.dt);
+  const std::vector<uint8_t> kb = to_bytes(randn(tkv * kc, seed + 1, 1.0f), k.dt);
+  const std::vector<uint8_t> vb = to_bytes(randn(tkv * kc, seed + 2, 1.0f), k.dt);
+  const std::vector<uint8_t> dob = to_bytes(randn(tq * qc, seed + 3, 1.0f), k.dt);
+  const double tol = k.dt == DType::BF16 ? 1.0 / 64 : 1.0 / 256;
+
+  Backend *be[2] = {&cpu, &gpu};
+  const Device dev[2] = {kCpu, kGpu};
+  std::vector<std::unique_ptr<DeviceBuffer>> keep;
+  auto buf = [&](int i, const std::vector<uint8_t> &host) {
+    keep.push_back(std::make_unique<DeviceBuffer>(*be[i], host));
+    return keep.back()->get();
+  };
+  auto zeros = [&](int i, size_t bytes) {
+    keep.push_back(std::make_unique<DeviceBuffer>(*be[i], bytes));
+    return keep.back().get();
+  };
+  std::vector<uint8_t> cuqb(cu_q.size() * 4), cukb(cu_kv.size() * 4);
+  std::memcpy(cuqb.data(), cu_q.data(), cuqb.size());
+  std::memcpy(cukb.data(), cu_kv.data(), cukb.size());
+
+  // Forward on both.
+  std::vector<float> o_out[2], lse_out[2];
+  std::vector<uint8_t> o_cpu_bytes;
+  for (int i = 0; i < 2; ++i) {
+    AttentionForwardArgs a;
+    a.dims.batch = k.batch;
+    a.dims.heads = k.heads;
+    a.dims.kv_heads = k.kv_heads;
+    a.dims.head_dim = k.head_dim;
+    a.dims.tokens_q = tq;
+    a.dims.tokens_kv = tkv;
+    a.dims.max_seq_q = k.sq;
+    a.dims.max_seq_kv = k.skv;
+    a.dims.mask = k.mask;
+    a.dims.softmax_scale = 1.0f / std::sqrt(static_cast<float>(k.head_dim));
+    if (thd) {
+      a.dims.cu_seqlens_q = static_cast<const int32_t *>(buf(i, cuqb));
+      a.dims.cu_seqlens_kv = static_cast<const int32_t *>(buf(i, cukb));
+    }
+    a.q = make_view(buf(i, qb), k.dt, dev[i], tq, qc);
+    a.k = make_view(buf(i, kb), k.dt, dev[i], tkv, kc);
+    a.v = make_view(buf(i, vb), k.dt, dev[i], tkv, kc);
+    DeviceBuffer *o = zeros(i, tq * qc * es), *lse = zeros(i, tq * k.heads * 4);
+    a.o = make_view(o->get(), k.dt, dev[i], tq, qc);
+    a.lse = lse->floats();
+    try {
+      be[i]->attention_forward(a);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << k.name() << (i ? " gpu" : " cpu") << " forward threw: " << e.what();
+      return;
+    }
+    be[i]->synchronize();
+    o_out[i] = from_bytes(o->read<uint8_t>(), k.dt);
+    lse_out[i] = lse->read<float>();
+    if (i == 0) o_cpu_bytes = o->read<uint8_t>();
+  }
+  EXPECT_CLOSE(o_out[0], o_out[1], tol, "O");
+  {
+    const Cmp c = compare(lse_out[0], lse_out[1], 0.0);
+    int64_t bad = 0;
+    for (size_t j = 0; j < lse_out[0].size(); ++j) {
+      const float r = lse_out[0][j], g = lse_out[1][j];
+      if (std::isinf(r) ? r != g : !(std::fabs(r - g) <= 1e-3f + 1e-4f * std::fabs(r))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << k.name() << " LSE: " << bad << " bad, first " << c.first_bad << " (cpu "
+                      << (c.first_bad >= 0 ? lse_out[0][c.first_bad] : 0.f) << " gpu "
+                      << (c.first_bad >= 0 ? lse_out[1][c.first_bad] : 0.f) << ")";
+  }
+
+  // Backward on both, from the CPU's O and LSE.
+  std::vector<uint8_t> lse_bytes(lse_out[0].size() * 4);
+  std::memcpy(lse_bytes.data(), lse_out[0].data(), lse_bytes.size());
+  std::vector<float> g_out[2][3];
+  for (int i = 0; i < 2; ++i) {
+    AttentionBackwardArgs a;
+    a.dims.batch = k.batch;
+    a.dims.heads = k.heads;
+    a.dims.kv_heads = k.kv_heads;
+    a.dims.head_dim = k.head_dim;
+    a.dims.tokens_q = tq;
+    a.dims.tokens_kv = tkv;
+    a.dims.max_seq_q = k.sq;
+    a.dims.max_seq_kv = k.skv;
+    a.dims.mask = k.mask;
+    a.dims.softmax_scale = 1.0f / std::sqrt(static_cast<float>(k.head_dim));
+    if (thd) {
+      a.dims.cu_seqlens_q = static_cast<const int32_t *>(buf(i, cuqb));
+      a.dims.cu_seqlens_kv = static_cast<const int32_t *>(buf(i, cukb));
+    }
+    a.q = make_view(buf(i, qb), k.dt, dev[i], tq, qc);
+    a.k = make_view(buf(i, kb), k.dt, dev[i], tkv, kc);
+    a.v = make_view(buf(i, vb), k.dt, dev[i], tkv, kc);
+    a.o = make_view(buf(i, o_cpu_bytes), k.dt, dev[i], tq, qc);
+    a.d_o = make_view(buf(i, dob), k.dt, dev[i], tq, qc);
+    a.lse = static_cast<const float *>(buf(i, lse_bytes));
+    // Garbage in the outputs: they must be written, not accumulated.
+    const std::vector<uint8_t> junk_q = to_bytes(randn(tq * qc, 99, 3.0f), k.dt);
+    const std::vector<uint8_t> junk_kv = to_bytes(randn(tkv * kc, 98, 3.0f), k.dt);
+    DeviceBuffer *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    keep.push_back(std::make_unique<DeviceBuffer>(*be[i], junk_q));
+    dq = keep.back().get();
+    keep.push_back(std::make_unique<DeviceBuffer>(*be[i], junk_kv));
+    dk = keep.back().get();
+    keep.push_back(std::make_unique<DeviceBuffer>(*be[i], junk_kv));
+    dv = keep.back().get();
+    a.dq = make_view(dq->get(), k.dt, dev[i], tq, qc);
+    a.dk = make_view(dk->get(), k.dt, dev[i], tkv, kc);
+    a.dv = make_view(dv->get(), k.dt, dev[i], tkv, kc);
+    try {
+      be[i]->attention_backward(a);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << k.name() << (i ? " gpu" : " cpu") << " backward threw: " << e.what();
+      return;
+    }
+    be[i]->synchronize();
+    g_out[i][0] = from_bytes(dq->read<uint8_t>(), k.dt);
+    g_out[i][1] = from_bytes(dk->read<uint8_t>(), k.dt);
+    g_out[i][2] = from_bytes(dv->read<uint8_t>(), k.dt);
+  }
+  const double gtol = 2 * tol;
+  EXPECT_CLOSE(g_out[0][0], g_out[1][0], gtol, "dQ");
+  EXPECT_CLOSE(g_out[0][1], g_out[1][1], gtol, "dK");
+  EXPECT_CLOSE(g_out[0][2], g_out[1][2], gtol, "dV");
+}
+
+std::vector<Case> fixed_cases() {
+  std::vector<Case> out;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (AttnMask m : {AttnMask::None, AttnMask::Causal, AttnMask::CausalBottomRight})
+      for (int64_t d : {64, 128}) {
+        Case c;
+        c.dt = dt;
+        c.mask = m;
+        c.head_dim = d;
+        out.push_back(c);  // 2 x 128 x 128, 8/2 heads
+        Case e = c;
+        e.kv_heads = 8;
+        e.sq = 64;
+        e.skv = 192;
+        out.push_back(e);  // sq < skv, MHA
+        Case f = c;
+        f.batch = 3;
+        f.heads = 4;
+        f.kv_heads = 1;
+        f.sq = 200;
+        f.skv = 136;
+        out.push_back(f);  // sq > skv, odd lengths
+      }
+  return out;
+}
+
+std::vector<Case> thd_cases() {
+  std::vector<Case> out;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (AttnMask m : {AttnMask::None, AttnMask::Causal, AttnMask::CausalBottomRight})
+      for (int64_t d : {64, 128}) {
+        Case c;
+        c.dt = dt;
+        c.mask = m;
+        c.head_dim = d;
+        c.batch = 4;
+        c.sq = 160;
+        c.skv = 200;
+        c.lens_q = {37, 160, 1, 90};
+        c.lens_kv = {50, 128, 200, 90};
+        out.push_back(c);
+        Case e = c;  // a sequence without keys, one with more queries than keys
+        e.batch = 3;
+        e.kv_heads = 8;
+        e.lens_q = {16, 70, 128};
+        e.lens_kv = {0, 33, 200};
+        out.push_back(e);
+      }
+  return out;
+}
+
+TEST_F(CudnnAttentionTest, CudnnFixedLengths) {
+  uint32_t seed = 1;
+  for (const Case &k : fixed_cases()) run_case(*cpu, *gpu, k, seed += 7);
+}
+
+TEST_F(CudnnAttentionTest, CudnnThd) {
+  uint32_t seed = 1000;
+  for (const Case &k : thd_cases()) run_case(*cpu, *gpu, k, seed += 7);
+}
+
+// A second call of a shape reuses its plan; outputs of two runs are the same bytes (forward).
+TEST_F(CudnnAttentionTest, CudnnRepeatable) {
+  Case k;
+  k.batch = 2;
+  k.sq = k.skv = 256;
+  k.mask = AttnMask::Causal;
+  run_case(*cpu, *gpu, k, 5);
+  run_case(*cpu, *gpu, k, 5);
+}
+
+}  // namespace
+}  // namespace te::gpu_test
