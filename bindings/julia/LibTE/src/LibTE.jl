@@ -15,7 +15,10 @@ Two layers:
     [`dequantize`](@ref), [`amax`](@ref), [`gemm`](@ref)) over [`Float8Array`](@ref)s; and
     `src/norm.jl`, LayerNorm and RMSNorm ([`norm_forward`](@ref), [`norm_backward`](@ref)); and
     `src/modules.jl`, the transformer modules ([`LayerNormLinear`](@ref),
-    [`LayerNormMLP`](@ref), [`GroupedLinear`](@ref)).
+    [`LayerNormMLP`](@ref), [`GroupedLinear`](@ref)); and `src/attention.jl`, scaled
+    dot-product attention ([`Attention`](@ref): BSHD or THD with `Int32` offsets, masks, GQA,
+    FP8, residuals in caller memory) and RoPE ([`rope_forward!`](@ref),
+    [`rope_backward!`](@ref)).
 
 # Finding the library
 
@@ -46,6 +49,7 @@ include("highlevel.jl")
 include("ops.jl")
 include("norm.jl")
 include("modules.jl")
+include("attention.jl")
 
 const _libte_handle = Ref{Ptr{Cvoid}}(C_NULL)
 

@@ -92,19 +92,21 @@ _bool(x::Integer) = (x == 0 || x == 1) ? Int32(x) : throw(ArgumentError("expecte
 # ---------------------------------------------------------------------------------------------
 
 const _DTYPE_BYTES = Dict{Int32,Int}(TE_DTYPE_F32 => 4, TE_DTYPE_F16 => 2, TE_DTYPE_BF16 => 2,
-                                     TE_DTYPE_E4M3 => 1, TE_DTYPE_E5M2 => 1)
+                                     TE_DTYPE_E4M3 => 1, TE_DTYPE_E5M2 => 1, TE_DTYPE_I32 => 4)
 
 """
     dtype_of(T)
 
-The `te_dtype` of a Julia element type: `Float32 -> TE_DTYPE_F32`, `Float16 -> TE_DTYPE_F16`.
+The `te_dtype` of a Julia element type: `Float32 -> TE_DTYPE_F32`, `Float16 -> TE_DTYPE_F16`,
+`Int32 -> TE_DTYPE_I32` (sequence offsets: attention's and RoPE's `cu_seqlens`).
 BF16 and the FP8 formats have no Base Julia type: view `UInt16` / `UInt8` arrays with an explicit
 dtype, `TensorView(A, TE_DTYPE_BF16)`.
 """
 dtype_of(::Type{Float32}) = TE_DTYPE_F32
 dtype_of(::Type{Float16}) = TE_DTYPE_F16
+dtype_of(::Type{Int32}) = TE_DTYPE_I32
 dtype_of(::Type{T}) where {T} =
-    throw(ArgumentError("no libte dtype for $T: use Float32 or Float16, or TensorView(A, dtype) for BF16/FP8 bits"))
+    throw(ArgumentError("no libte dtype for $T: use Float32, Float16 or Int32, or TensorView(A, dtype) for BF16/FP8 bits"))
 
 """
     TensorView(A::DenseArray)

@@ -26,11 +26,12 @@ _views(xs...) = map(_view_or_null, xs)
 _refs(vs) = map(_ref_or_null, vs)
 
 # A copy of a te_tensor libte owns (host memory), as a Julia array of the reversed dimensions:
-# Float32 / Float16 / UInt16 (BF16 bits) arrays, a Float8Array for FP8; nothing for NULL data.
+# Float32 / Float16 / Int32 / UInt16 (BF16 bits) arrays, a Float8Array for FP8; nothing for NULL data.
 function _copy_tensor(t::te_tensor)
     t.data == C_NULL && return nothing
     t.dtype in (TE_DTYPE_E4M3, TE_DTYPE_E5M2) && return _copy_fp8(t)
-    T = t.dtype == TE_DTYPE_F32 ? Float32 : t.dtype == TE_DTYPE_F16 ? Float16 : UInt16
+    T = t.dtype == TE_DTYPE_F32 ? Float32 : t.dtype == TE_DTYPE_F16 ? Float16 :
+        t.dtype == TE_DTYPE_I32 ? Int32 : UInt16
     dims = reverse(ntuple(i -> Int(t.shape[i]), Int(t.ndim)))
     A = Array{T}(undef, dims...)
     GC.@preserve A unsafe_copyto!(pointer(A), Ptr{T}(t.data), length(A))

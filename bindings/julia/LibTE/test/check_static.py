@@ -26,9 +26,10 @@ HIGHLEVEL = os.path.join(PKG, "src", "highlevel.jl")
 OPS = os.path.join(PKG, "src", "ops.jl")
 NORM = os.path.join(PKG, "src", "norm.jl")
 MODULES = os.path.join(PKG, "src", "modules.jl")
+ATTENTION = os.path.join(PKG, "src", "attention.jl")
 TESTS = os.path.join(PKG, "test", "runtests.jl")
 EXAMPLE = os.path.join(ROOT, "examples", "julia", "train_mlp.jl")
-HANDWRITTEN = [MODULE, HIGHLEVEL, OPS, NORM, MODULES, TESTS, EXAMPLE]
+HANDWRITTEN = [MODULE, HIGHLEVEL, OPS, NORM, MODULES, ATTENTION, TESTS, EXAMPLE]
 
 # Base / Core / stdlib (Test, LinearAlgebra, Libdl, GC) functions and macros the hand-written code
 # calls. A call of anything else must be defined in the package or in the calling file.
@@ -44,7 +45,7 @@ isnothing ndims show cconvert Val first last push! in exp warn nothing iszero ne
 UInt isfile Set Symbol eachmatch realpath isnan significand permutedims read something unsafe_copyto!
 join foreach empty! prod atomic_add! atomic_sub! atomic_cas! Atomic dlsym dlpath reinterpret copyto!
 testset test test_throws assert preserve eval warn time elapsed
-vcat hcat fill repeat
+vcat hcat fill repeat reshape
 """.split())
 
 
@@ -193,7 +194,7 @@ def main():
     gen = set(re.findall(r"^function (te_\w+)\(", gen_text, re.M))
     gen |= set(re.findall(r"^const (\w+) =", gen_text, re.M))
     gen |= set(re.findall(r"^struct (\w+)$", gen_text, re.M))
-    hl_text = "\n".join(open(p, encoding="utf-8").read() for p in (HIGHLEVEL, OPS, NORM, MODULES))
+    hl_text = "\n".join(open(p, encoding="utf-8").read() for p in (HIGHLEVEL, OPS, NORM, MODULES, ATTENTION))
     mod_text = open(MODULE, encoding="utf-8").read()
     package = gen | defined_names(hl_text) | defined_names(mod_text)
 
@@ -230,7 +231,7 @@ def main():
 
     # Calls in the tests and the example.
     problems = []
-    for path in (TESTS, EXAMPLE, HIGHLEVEL, OPS, NORM, MODULES):
+    for path in (TESTS, EXAMPLE, HIGHLEVEL, OPS, NORM, MODULES, ATTENTION):
         text = open(path, encoding="utf-8").read()
         code = strip_code(text)
         local = defined_names(text)

@@ -1002,6 +1002,199 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         close(ctx)
     end
 
+    @testset "Attention vs a Float64 reference" begin
+        dot64(a, b) = sum(Float64.(a) .* Float64.(b))
+        visible(mask, i, j, sq, skv) = mask === :causal ? j <= i :
+                                       mask === :causal_bottom_right ? j <= i + skv - sq : true
+        # q, dO: d × H × Tq; k, v: d × G × Tkv; seqs: (first query row, queries, first key row,
+        # keys), 0-based rows. Returns O, dQ, dK, dV.
+        function attn_ref(q, k, v, dO, seqs, mask, scale)
+            d, H, _ = size(q)
+            G = size(k, 2)
+            grp = H ÷ G
+            o, dq = zeros(size(q)), zeros(size(q))
+            dk, dv = zeros(size(k)), zeros(size(k))
+            for (q0, sq, k0, skv) in seqs, h in 1:H
+                g = (h - 1) ÷ grp + 1
+                for i in 0:sq-1
+                    js = [j for j in 0:skv-1 if visible(mask, i, j, sq, skv)]
+                    isempty(js) && continue
+                    qi, doi = Float64.(q[:, h, q0+i+1]), Float64.(dO[:, h, q0+i+1])
+                    s = [scale * dot64(qi, k[:, g, k0+j+1]) for j in js]
+                    p = exp.(s .- maximum(s))
+                    p ./= sum(p)
+                    dp = [dot64(doi, v[:, g, k0+j+1]) for j in js]
+                    D = sum(p .* dp)
+                    for n in 1:length(js)
+                        j = js[n]
+                        o[:, h, q0+i+1] .+= p[n] .* v[:, g, k0+j+1]
+                        ds = p[n] * (dp[n] - D)
+                        dq[:, h, q0+i+1] .+= scale * ds .* k[:, g, k0+j+1]
+                        dk[:, g, k0+j+1] .+= scale * ds .* qi
+                        dv[:, g, k0+j+1] .+= p[n] .* doi
+                    end
+                end
+            end
+            return o, dq, dk, dv
+        end
+        tokens(A) = reshape(A, size(A, 1), size(A, 2), :)  # BSHD -> d × heads × (seq·batch)
+
+        ctx = Context()
+        H, G, d = 8, 2, 16
+        @test LibTE.TensorView(Int32[0, 3, 5]).t.dtype == LibTE.TE_DTYPE_I32
+        @test LibTE.shape(LibTE.TensorView(zeros(Int32, 4, 2))) == (2, 4)
+
+        # BSHD, causal, GQA 8/2: batch 2, seq 12.
+        B, S = 2, 12
+        q, k, v = filled(d, H, S, B; seed = 1), filled(d, G, S, B; seed = 2), filled(d, G, S, B; seed = 3)
+        dO = filled(d, H, S, B; seed = 4, scale = 0.5f0)
+        m = Attention(ctx, H, d; num_kv_heads = G, mask = :causal)
+        @test occursin("causal", sprint(show, m))
+        o, bwd = forward(m, q, k, v)
+        dq, dk, dv = zeros(Float32, size(q)), zeros(Float32, size(k)), zeros(Float32, size(v))
+        backward!(bwd, dO; dq = dq, dk = dk, dv = dv)
+        dq2, dk2, dv2 = zeros(Float32, size(q)), zeros(Float32, size(k)), zeros(Float32, size(v))
+        backward!(bwd, dO; dq = dq2, dk = dk2, dv = dv2)
+        @test dq == dq2 && dk == dk2 && dv == dv2   # backward twice: identical
+        seqs = [(b * S, S, b * S, S) for b in 0:B-1]
+        ro, rdq, rdk, rdv = attn_ref(tokens(q), tokens(k), tokens(v), tokens(dO), seqs, :causal, 1 / sqrt(d))
+        @test relerr(tokens(o), ro) < 1e-5
+        @test relerr(tokens(dq), rdq) < 1e-5
+        @test relerr(tokens(dk), rdk) < 1e-5
+        @test relerr(tokens(dv), rdv) < 1e-5
+        backward!(bwd, dO; dv = dv2, once = true)
+        @test dv2 == dv
+        e = thrown(() -> backward!(bwd, dO; dv = dv2))
+        @test e isa LibTEError && e.status == TE_ERROR_INVALID_STATE
+        @test startswith(e.message, "te_attention_backward")
+        close(bwd)
+
+        # THD, lengths 1, 17, 33 (queries and keys), GQA 8/2, causal and bottom-right.
+        lens = [1, 17, 33]
+        T = sum(lens)
+        cu = Int32[0, 1, 18, 51]
+        qt, kt, vt = filled(d, H, T; seed = 5), filled(d, G, T; seed = 6), filled(d, G, T; seed = 7)
+        dOt = filled(d, H, T; seed = 8, scale = 0.5f0)
+        seqs = [(Int(cu[b]), lens[b], Int(cu[b]), lens[b]) for b in 1:3]
+        for mask in (:causal, :none)
+            mt = Attention(ctx, H, d; num_kv_heads = G, mask = mask)
+            ot = zeros(Float32, size(qt))
+            bt = forward!(ot, mt, qt, kt, vt; cu_seqlens_q = cu, cu_seqlens_kv = cu, max_seqlen_q = 33,
+                          max_seqlen_kv = 33)
+            g = (zeros(Float32, size(qt)), zeros(Float32, size(kt)), zeros(Float32, size(vt)))
+            backward!(bt, dOt; dq = g[1], dk = g[2], dv = g[3])
+            r = attn_ref(qt, kt, vt, dOt, seqs, mask, 1 / sqrt(d))
+            @test relerr(ot, r[1]) < 1e-5
+            @test all(relerr(g[i], r[i+1]) < 1e-5 for i in 1:3)
+            close(bt)
+            close(mt)
+        end
+
+        # Split forward: residuals (LSE heads × tokens), forward_save.
+        res = forward_compute!(similar(q), m, q, k, v)
+        rt = LibTE.residual_tensors(res)
+        @test !rt.fp8 && size(rt.lse) == (H, S * B) && rt.q == q && rt.o == o
+        lse_ref = log(sum(exp(dot64(q[:, 1, 3, 1], k[:, 1, j, 1]) / sqrt(d)) for j in 1:3))
+        @test abs(rt.lse[1, 3] - lse_ref) < 1e-5
+        b2 = forward_save(res, m)
+        @test !isopen(res)
+        dq3 = zeros(Float32, size(q))
+        backward!(b2, dO; dq = dq3)
+        @test dq3 == dq
+        close(b2)
+
+        # Residuals in caller memory, THD.
+        mt = Attention(ctx, H, d; num_kv_heads = G, mask = :causal)
+        kw = (cu_seqlens_q = cu, cu_seqlens_kv = cu, max_seqlen_q = 33, max_seqlen_kv = 33)
+        n = residuals_size(mt, qt, kt, vt; kw...)
+        @test n >= 4 * H * T
+        mem = zeros(UInt8, n)
+        o1, o2 = zeros(Float32, size(qt)), zeros(Float32, size(qt))
+        forward_compute_into!(o1, mt, qt, kt, vt, mem; kw...)
+        bt = forward!(o2, mt, qt, kt, vt; kw...)
+        @test o1 == o2
+        g1 = (zeros(Float32, size(qt)), zeros(Float32, size(kt)), zeros(Float32, size(vt)))
+        g2 = (zeros(Float32, size(qt)), zeros(Float32, size(kt)), zeros(Float32, size(vt)))
+        backward!(bt, dOt; dq = g1[1], dk = g1[2], dv = g1[3])
+        backward_from!(mt, qt, kt, vt, o1, mem, dOt; dq = g2[1], dk = g2[2], dv = g2[3], kw...)
+        @test g1 == g2
+        backward_from!(mt, qt, kt, vt, o1, mem, dOt; dq = g2[1], dk = g2[2], dv = g2[3], kw...)
+        @test g1 == g2
+        e = thrown(() -> forward_compute_into!(o1, mt, qt, kt, vt, mem[1:n-16]; kw...))
+        @test e isa LibTEError && startswith(e.message, "te_attention_forward_compute_into")
+        @test_throws ArgumentError forward!(o1, mt, qt, kt, vt; cu_seqlens_q = cu)
+        close(bt)
+
+        # State round trip, scaling states.
+        st = save_state(m)
+        m2 = Attention(ctx, H, d; num_kv_heads = G, mask = :causal)
+        load_state!(m2, st)
+        @test save_state(m2) == st
+        info, hist = scaling_state(m, LibTE.TE_ATTN_Q; history = true)
+        @test info.scale == 1.0f0
+
+        # Bad input: LibTEError naming the function.
+        e = thrown(() -> Attention(ctx, 4, 12))
+        @test e isa LibTEError && e.status == TE_ERROR_INVALID_ARGUMENT
+        @test startswith(e.message, "te_attention_create")
+        e = thrown(() -> forward(m, Float16.(q), Float16.(k), Float16.(v)))
+        @test e isa LibTEError && startswith(e.message, "te_attention_forward")
+        e = thrown(() -> forward!(zeros(Float32, size(qt)), mt, qt, kt, vt; cu_seqlens_q = Int32[0, 1, 18, 50],
+                                  cu_seqlens_kv = cu, max_seqlen_q = 33, max_seqlen_kv = 33))
+        @test e isa LibTEError && startswith(e.message, "te_attention_forward")
+        @test_throws ArgumentError Attention(ctx, H, d; mask = :sideways)
+        close(ctx)
+    end
+
+    @testset "RoPE: forward then backward is the identity" begin
+        ctx = Context()
+        d, H = 32, 4
+        angles(P, rot) = Float32[p * 10000.0^(-2 * (kk - 1) / rot) for kk in 1:rot÷2, p in 0:P-1]
+        for (rot, il) in ((0, false), (0, true), (16, false))
+            rd = rot == 0 ? d : rot
+            f = angles(40, rd)
+            x = filled(d, H, 12, 2; seed = 11)
+            y = rope_forward(ctx, x, f; rot_dim = rot, interleaved = il)
+            # Against Float64 at token (position 5, batch 2), head 3.
+            half = rd ÷ 2
+            for kk in 1:half
+                i1, i2 = il ? (2kk - 1, 2kk) : (kk, kk + half)
+                a = Float64(f[kk, 6])
+                x1, x2 = Float64(x[i1, 3, 6, 2]), Float64(x[i2, 3, 6, 2])
+                @test abs(y[i1, 3, 6, 2] - (x1 * cos(a) - x2 * sin(a))) < 1e-5
+                @test abs(y[i2, 3, 6, 2] - (x2 * cos(a) + x1 * sin(a))) < 1e-5
+            end
+            rd < d && @test y[rd+1:end, :, :, :] == x[rd+1:end, :, :, :]
+            back = rope_backward(ctx, y, f; rot_dim = rot, interleaved = il)
+            @test maximum(abs.(back .- x)) < 1e-6
+            # in place equals out of place
+            z = copy(x)
+            rope_forward!(z, ctx, z, f; rot_dim = rot, interleaved = il)
+            @test z == y
+            # THD: lengths 1, 17, 5; positions restart in every sequence
+            xt = filled(d, H, 23; seed = 12)
+            cu = Int32[0, 1, 18, 23]
+            yt = rope_forward(ctx, xt, f; cu_seqlens = cu, rot_dim = rot, interleaved = il)
+            # the first token of every sequence is at position 0 (angle 0: copied exactly)
+            @test yt[:, :, [1, 2, 19]] == xt[:, :, [1, 2, 19]]
+            # token 20 is at position 1 of the third sequence
+            for kk in 1:half
+                i1, i2 = il ? (2kk - 1, 2kk) : (kk, kk + half)
+                a = Float64(f[kk, 2])
+                x1, x2 = Float64(xt[i1, 2, 20]), Float64(xt[i2, 2, 20])
+                @test abs(yt[i1, 2, 20] - (x1 * cos(a) - x2 * sin(a))) < 1e-5
+                @test abs(yt[i2, 2, 20] - (x2 * cos(a) + x1 * sin(a))) < 1e-5
+            end
+            bt = rope_backward(ctx, yt, f; cu_seqlens = cu, rot_dim = rot, interleaved = il)
+            @test maximum(abs.(bt .- xt)) < 1e-6
+        end
+        e = thrown(() -> rope_forward(ctx, filled(16, 2, 4, 1), angles(4, 16); rot_dim = 7))
+        @test e isa LibTEError && e.status == TE_ERROR_INVALID_ARGUMENT && startswith(e.message, "te_rope_forward")
+        e = thrown(() -> rope_backward(ctx, filled(16, 2, 8, 1), angles(4, 16)))
+        @test e isa LibTEError && startswith(e.message, "te_rope_backward")
+        close(ctx)
+    end
+
     @testset "finalizers and close order" begin
         # Children closed after their context (or collected in any order) are fine: the context
         # is destroyed with its last child.

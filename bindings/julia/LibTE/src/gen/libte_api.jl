@@ -93,6 +93,8 @@ const TE_DTYPE_BF16 = te_dtype(2)
 const TE_DTYPE_E4M3 = te_dtype(3)
 # FP8 e5m2: max 57344, IEEE-style inf and NaN
 const TE_DTYPE_E5M2 = te_dtype(4)
+# int32: sequence offsets (attention's cu_seqlens)
+const TE_DTYPE_I32 = te_dtype(5)
 
 # How an FP8 tensor's scale_inv is laid out.
 # enum te_scaling_mode
@@ -1592,6 +1594,275 @@ function te_grouped_linear_state_load(ctx, g, buf, size)
     ccall((:te_grouped_linear_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{Cvoid}, Csize_t), ctx, g, buf, size)
 end
 
+# ----------------------------------------------------------------------------------------------
+# Attention
+# ----------------------------------------------------------------------------------------------
+
+# Scaled dot-product attention, TE's DotProductAttention: O = softmax(scale *
+# Q K^T + mask) V for every sequence and query head, with te_linear's module
+# contract (options, create/destroy, a pure forward_compute that fills a
+# residuals struct, forward_save, forward, a backward callable again with
+# identical results until its context is destroyed or TE_BACKWARD_ONCE,
+# scaling-state inspection, state save/load, residuals in the caller's memory).
+#
+# Layouts (row-major, contiguous), `heads` query heads and `kv_heads` key/value
+# heads (GQA/MQA: query head h reads kv head h / (heads / kv_heads)):
+# - BSHD, fixed lengths: q [batch, seq_q, heads, head_dim], k and v
+# [batch, seq_kv, kv_heads, head_dim]; cu_seqlens NULL.
+# - THD, variable lengths (padded batches waste nothing): q [tokens_q, heads,
+# head_dim], k and v [tokens_kv, kv_heads, head_dim], and cu_seqlens_q /
+# cu_seqlens_kv: TE_DTYPE_I32 [batch + 1] on the context's device, sequence b
+# being rows [cu[b], cu[b+1]) (TE's cu_seqlens); max_seqlen_q / _kv bound
+# every length. On a CPU context the offsets are validated (start at 0, never
+# decrease, end at the token count, lengths within max_seqlen: INVALID_ARGUMENT
+# otherwise). On a CUDA context they are device memory that libte does not
+# read back (no synchronisation): bad offsets there give wrong numbers, never
+# an access out of bounds (kernels clamp them).
+# Masks: NONE; CAUSAL, key j visible to query i iff j <= i (top-left, TE's
+# "causal"); CAUSAL_BOTTOM_RIGHT, iff j <= i + seq_kv - seq_q. A query that sees
+# no key gets O = 0 and no gradient. head_dim: a multiple of 8, at most 256.
+# Dropout is not offered. Packed QKV is not accepted: pass three views.
+#
+# FP8 (options.fp8 = 1, TE's recipe.fp8_dpa): inside an FP8 autocast scope of a
+# DELAYED or CURRENT recipe the attention quantizes Q, K and V to E4M3 (their
+# scaling states TE_ATTN_Q/K/V), runs both GEMMs on FP8 operands, quantizes the
+# softmax output P to E4M3 (state TE_ATTN_S) and in backward dO (TE_ATTN_DO,
+# E5M2 under HYBRID) and dS = P * (dP - D) (TE_ATTN_DP, the backward format).
+# Delayed scaling registers Q, K, V, S into the scope's forward bucket and DO,
+# DP into its backward bucket, like any module's states. Current scaling
+# quantizes Q, K, V, dO and dS with their own amaxes (dS in a first pass over
+# the scores) and P with the fixed bound amax 1 (P <= 1). Where libte differs
+# from TE: O leaves (and dQ, dK, dV leave) in the activation dtype, never FP8, so
+# there is no O state (TE's fp8_mha=False); block-scaling recipes are refused
+# (UNSUPPORTED: TE's FP8 attention is per-tensor too). Outside FP8 scopes, and
+# with fp8 = 0 (the default, as TE's fp8_dpa=False), attention runs in the
+# activation dtype. Calibration (autocast calibrating) records nothing here.
+#
+# CUDA runs cuDNN's fused attention where cuDNN is loadable (libcudnn.so.9 on
+# the library path) and supports the call, libte's own kernels otherwise;
+# TE_ATTENTION_IMPL=kernel|cudnn forces one.
+# enum te_attn_mask
+const te_attn_mask = Cint
+const TE_ATTN_MASK_NONE = te_attn_mask(0)
+const TE_ATTN_MASK_CAUSAL = te_attn_mask(1)
+const TE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT = te_attn_mask(2)
+
+# opaque struct te_attention: handles are `Ptr{te_attention}` == `Ptr{Cvoid}`
+const te_attention = Cvoid
+
+# struct te_attention_options: 40 bytes, 8-byte aligned
+struct te_attention_options
+    struct_size::Csize_t  # offset 0: size_t
+    # required, > 0
+    num_heads::Int32  # offset 8: int32_t
+    # default 0: num_heads; must divide num_heads
+    num_kv_heads::Int32  # offset 12: int32_t
+    # required, a multiple of 8 in 8..256
+    head_dim::Int32  # offset 16: int32_t
+    # default 0: 1 / sqrt(head_dim); else finite, > 0
+    softmax_scale::Cfloat  # offset 20: float
+    # default NONE
+    mask::te_attn_mask  # offset 24: te_attn_mask
+    # F32, F16 or BF16 (default BF16)
+    activation_dtype::te_dtype  # offset 28: te_dtype
+    # default 0: see above
+    fp8::Int32  # offset 32: int32_t
+end
+
+# C: te_status te_attention_options_init(te_attention_options *opts)
+function te_attention_options_init(opts)
+    ccall((:te_attention_options_init, libte), te_status, (Ptr{te_attention_options},), opts)
+end
+
+# Errors: INVALID_ARGUMENT (a field out of range, named).
+# C: te_status te_attention_create(te_attention **out, te_context *ctx, const te_attention_options *opts)
+function te_attention_create(out, ctx, opts)
+    ccall((:te_attention_create, libte), te_status, (Ptr{Ptr{te_attention}}, Ptr{te_context}, Ptr{te_attention_options}), out, ctx, opts)
+end
+
+# C: void te_attention_destroy(te_attention *m)
+function te_attention_destroy(m)
+    ccall((:te_attention_destroy, libte), Cvoid, (Ptr{te_attention},), m)
+end
+
+# struct te_attention_forward_args: 64 bytes, 8-byte aligned
+struct te_attention_forward_args
+    struct_size::Csize_t  # offset 0: size_t
+    q::Ptr{te_tensor}  # offset 8: const te_tensor *
+    k::Ptr{te_tensor}  # offset 16: const te_tensor *
+    v::Ptr{te_tensor}  # offset 24: const te_tensor *
+    # THD; both NULL for BSHD
+    cu_seqlens_q::Ptr{te_tensor}  # offset 32: const te_tensor *
+    cu_seqlens_kv::Ptr{te_tensor}  # offset 40: const te_tensor *
+    # THD: required, > 0
+    max_seqlen_q::Int64  # offset 48: int64_t
+    max_seqlen_kv::Int64  # offset 56: int64_t
+end
+
+# C: te_status te_attention_forward_args_init(te_attention_forward_args *args)
+function te_attention_forward_args_init(args)
+    ccall((:te_attention_forward_args_init, libte), te_status, (Ptr{te_attention_forward_args},), args)
+end
+
+# Views of library-owned storage (or of the caller's tensors); set
+# struct_size before the call.
+# struct te_attention_residuals: 544 bytes, 8-byte aligned
+struct te_attention_residuals
+    struct_size::Csize_t  # offset 0: size_t
+    # FP8: the E4M3 copies with scale_inv; else the caller's
+    q::te_tensor  # offset 8: te_tensor
+    k::te_tensor  # offset 112: te_tensor
+    v::te_tensor  # offset 216: te_tensor
+    # the forward's output (the caller's)
+    o::te_tensor  # offset 320: te_tensor
+    # F32 [tokens_q, heads]: the rows' log-sum-exp
+    lse::te_tensor  # offset 424: te_tensor
+    fp8::Int32  # offset 528: int32_t
+    # a handle owned by one struct: do not touch
+    internal::Ptr{Cvoid}  # offset 536: void *
+end
+
+# o: like q (shape and dtype). q, k, v (and the offsets) are referenced by
+# the residuals in high precision, and o always: keep them alive and unchanged
+# until the backward context is destroyed. Errors: INVALID_ARGUMENT (a tensor
+# of the wrong dtype, device or shape, naming it; head counts or head_dim not
+# the layer's; batch of q and k differing; one cu_seqlens without the other,
+# offsets not I32 [batch + 1], offsets that do not increase (CPU)), UNSUPPORTED
+# (FP8 attention under a block-scaling recipe; a shape the device cannot do).
+# C: te_status te_attention_forward_compute(te_context *ctx, te_attention *m, const te_attention_forward_args *args, te_tensor *o, te_attention_residuals *residuals)
+function te_attention_forward_compute(ctx, m, args, o, residuals)
+    ccall((:te_attention_forward_compute, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{te_tensor}, Ptr{te_attention_residuals}), ctx, m, args, o, residuals)
+end
+
+# C: void te_attention_residuals_release(te_attention_residuals *residuals)
+function te_attention_residuals_release(residuals)
+    ccall((:te_attention_residuals_release, libte), Cvoid, (Ptr{te_attention_residuals},), residuals)
+end
+
+# opaque struct te_attention_backward_ctx: handles are `Ptr{te_attention_backward_ctx}` == `Ptr{Cvoid}`
+const te_attention_backward_ctx = Cvoid
+
+# C: te_status te_attention_forward_save(te_context *ctx, te_attention *m, te_attention_residuals *residuals, te_attention_backward_ctx **out)
+function te_attention_forward_save(ctx, m, residuals, out)
+    ccall((:te_attention_forward_save, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_residuals}, Ptr{Ptr{te_attention_backward_ctx}}), ctx, m, residuals, out)
+end
+
+# C: te_status te_attention_forward(te_context *ctx, te_attention *m, const te_attention_forward_args *args, te_tensor *o, te_attention_backward_ctx **out)
+function te_attention_forward(ctx, m, args, o, out)
+    ccall((:te_attention_forward, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{te_tensor}, Ptr{Ptr{te_attention_backward_ctx}}), ctx, m, args, o, out)
+end
+
+# The gradients backward writes, each like its input; any may be NULL.
+# struct te_attention_grads: 32 bytes, 8-byte aligned
+struct te_attention_grads
+    struct_size::Csize_t  # offset 0: size_t
+    dq::Ptr{te_tensor}  # offset 8: te_tensor *
+    dk::Ptr{te_tensor}  # offset 16: te_tensor *
+    dv::Ptr{te_tensor}  # offset 24: te_tensor *
+end
+
+# C: te_status te_attention_grads_init(te_attention_grads *grads)
+function te_attention_grads_init(grads)
+    ccall((:te_attention_grads_init, libte), te_status, (Ptr{te_attention_grads},), grads)
+end
+
+# d_o like q -> dq, dk, dv (written, not accumulated; dk and dv sum the query
+# heads of each GQA group). grads and args may be NULL. Errors: as
+# te_linear_backward.
+# C: te_status te_attention_backward(te_context *ctx, te_attention_backward_ctx *bwd, const te_tensor *d_o, const te_attention_grads *grads, const te_linear_backward_args *args)
+function te_attention_backward(ctx, bwd, d_o, grads, args)
+    ccall((:te_attention_backward, libte), te_status, (Ptr{te_context}, Ptr{te_attention_backward_ctx}, Ptr{te_tensor}, Ptr{te_attention_grads}, Ptr{te_linear_backward_args}), ctx, bwd, d_o, grads, args)
+end
+
+# C: void te_attention_backward_ctx_destroy(te_attention_backward_ctx *bwd)
+function te_attention_backward_ctx_destroy(bwd)
+    ccall((:te_attention_backward_ctx_destroy, libte), Cvoid, (Ptr{te_attention_backward_ctx},), bwd)
+end
+
+# Residuals in the caller's memory: as te_linear's caller-memory calls (records,
+# 16-byte alignment, errors). The block holds the LSE (F32 [tokens_q, heads]) and
+# under FP8 the E4M3 Q, K, V with their scale_inv, so it is never empty.
+# backward_from takes the forward's inputs again (they may have moved; in high
+# precision q, k, v are read from them) and its output o.
+# C: te_status te_attention_residuals_size(te_context *ctx, const te_attention *m, const te_attention_forward_args *args, size_t *bytes)
+function te_attention_residuals_size(ctx, m, args, bytes)
+    ccall((:te_attention_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{Csize_t}), ctx, m, args, bytes)
+end
+
+# C: te_status te_attention_forward_compute_into(te_context *ctx, te_attention *m, const te_attention_forward_args *args, te_tensor *o, void *residuals, size_t residuals_bytes)
+function te_attention_forward_compute_into(ctx, m, args, o, residuals, residuals_bytes)
+    ccall((:te_attention_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, m, args, o, residuals, residuals_bytes)
+end
+
+# C: te_status te_attention_backward_from(te_context *ctx, te_attention *m, const te_attention_forward_args *inputs, const te_tensor *o, const void *residuals, size_t residuals_bytes, const te_tensor *d_o, const te_attention_grads *grads, const te_linear_backward_args *args)
+function te_attention_backward_from(ctx, m, inputs, o, residuals, residuals_bytes, d_o, grads, args)
+    ccall((:te_attention_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_attention_grads}, Ptr{te_linear_backward_args}), ctx, m, inputs, o, residuals, residuals_bytes, d_o, grads, args)
+end
+
+# The scaling states of FP8 attention.
+# enum te_attention_tensor
+const te_attention_tensor = Cint
+const TE_ATTN_Q = te_attention_tensor(0)
+const TE_ATTN_K = te_attention_tensor(1)
+const TE_ATTN_V = te_attention_tensor(2)
+# the softmax output P
+const TE_ATTN_S = te_attention_tensor(3)
+# backward: dO
+const TE_ATTN_DO = te_attention_tensor(4)
+# backward: dS = P * (dP - D)
+const TE_ATTN_DP = te_attention_tensor(5)
+
+# C: te_status te_attention_get_scaling_state(te_context *ctx, const te_attention *m, te_attention_tensor which, te_scaling_state_info *info, float *history, size_t history_cap)
+function te_attention_get_scaling_state(ctx, m, which, info, history, history_cap)
+    ccall((:te_attention_get_scaling_state, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, te_attention_tensor, Ptr{te_scaling_state_info}, Ptr{Cfloat}, Csize_t), ctx, m, which, info, history, history_cap)
+end
+
+# C: te_status te_attention_state_save(te_context *ctx, const te_attention *m, void *buf, size_t capacity, size_t *size)
+function te_attention_state_save(ctx, m, buf, capacity, size)
+    ccall((:te_attention_state_save, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ctx, m, buf, capacity, size)
+end
+
+# C: te_status te_attention_state_load(te_context *ctx, te_attention *m, const void *buf, size_t size)
+function te_attention_state_load(ctx, m, buf, size)
+    ccall((:te_attention_state_load, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{Cvoid}, Csize_t), ctx, m, buf, size)
+end
+
+# Rotary position embedding (RoPE), TE's fused rope, as an op the attention's
+# inputs pass through: the first rot_dim features of every head of x
+# (BSHD [batch, seq, heads, head_dim], or THD [tokens, heads, head_dim] with
+# cu_seqlens I32 [batch + 1]) rotate by the angle freqs[p, k] of the token's
+# position p in its sequence (freqs: F32 [positions, rot_dim / 2], positions >=
+# every sequence's length; TE's freqs hold each angle twice, libte once), pair k
+# being features (k, k + rot_dim/2) (GPT-NeoX, TE's default) or (2k, 2k+1)
+# with interleaved = 1 (GPT-J): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin. The
+# other features are copied. y is like x and may be x itself (in place).
+# Bit-identical on the CPU and the GPU. Backward is the inverse rotation:
+# te_rope_backward(dy -> dx). Errors: INVALID_ARGUMENT (shapes, dtypes, rot_dim
+# odd or above head_dim, positions beyond freqs (CPU), offsets as attention's).
+# struct te_rope_options: 16 bytes, 8-byte aligned
+struct te_rope_options
+    struct_size::Csize_t  # offset 0: size_t
+    # default 0: head_dim; else even, in 2..head_dim
+    rot_dim::Int32  # offset 8: int32_t
+    # default 0
+    interleaved::Int32  # offset 12: int32_t
+end
+
+# C: te_status te_rope_options_init(te_rope_options *opts)
+function te_rope_options_init(opts)
+    ccall((:te_rope_options_init, libte), te_status, (Ptr{te_rope_options},), opts)
+end
+
+# C: te_status te_rope_forward(te_context *ctx, const te_rope_options *opts, const te_tensor *x, const te_tensor *freqs, const te_tensor *cu_seqlens, te_tensor *y)
+function te_rope_forward(ctx, opts, x, freqs, cu_seqlens, y)
+    ccall((:te_rope_forward, libte), te_status, (Ptr{te_context}, Ptr{te_rope_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, x, freqs, cu_seqlens, y)
+end
+
+# C: te_status te_rope_backward(te_context *ctx, const te_rope_options *opts, const te_tensor *dy, const te_tensor *freqs, const te_tensor *cu_seqlens, te_tensor *dx)
+function te_rope_backward(ctx, opts, dy, freqs, cu_seqlens, dx)
+    ccall((:te_rope_backward, libte), te_status, (Ptr{te_context}, Ptr{te_rope_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, dy, freqs, cu_seqlens, dx)
+end
+
 # Every function above, in header order (the static checks use it).
 const TE_API_FUNCTIONS = (
     :te_version,
@@ -1714,4 +1985,24 @@ const TE_API_FUNCTIONS = (
     :te_grouped_linear_get_scaling_state,
     :te_grouped_linear_state_save,
     :te_grouped_linear_state_load,
+    :te_attention_options_init,
+    :te_attention_create,
+    :te_attention_destroy,
+    :te_attention_forward_args_init,
+    :te_attention_forward_compute,
+    :te_attention_residuals_release,
+    :te_attention_forward_save,
+    :te_attention_forward,
+    :te_attention_grads_init,
+    :te_attention_backward,
+    :te_attention_backward_ctx_destroy,
+    :te_attention_residuals_size,
+    :te_attention_forward_compute_into,
+    :te_attention_backward_from,
+    :te_attention_get_scaling_state,
+    :te_attention_state_save,
+    :te_attention_state_load,
+    :te_rope_options_init,
+    :te_rope_forward,
+    :te_rope_backward,
 )
