@@ -243,6 +243,23 @@ pub const HEADER_VERSION: u32 = sys::TE_VERSION_NUMBER;
 /// w0[0] = 1.0;
 /// drop(bwd);
 /// ```
+/// An attention's backward reads the forward's output O, so its backward context borrows O's
+/// memory (the view is taken by value): writing O before the context is dropped does not
+/// compile:
+/// ```compile_fail
+/// # use libte::*;
+/// let ctx = Context::cpu().unwrap();
+/// let mut m = Attention::new(&ctx, &AttentionOptions { activation_dtype: DType::F32,
+///     ..AttentionOptions::new(2, 8) }).unwrap();
+/// let (q, k, v) = (vec![0.0f32; 32], vec![0.0f32; 32], vec![0.0f32; 32]);
+/// let mut o = vec![0.0f32; 32];
+/// let args = AttentionArgs::new(TensorView::from_slice(&q, &[1, 2, 2, 8]).unwrap(),
+///     TensorView::from_slice(&k, &[1, 2, 2, 8]).unwrap(),
+///     TensorView::from_slice(&v, &[1, 2, 2, 8]).unwrap());
+/// let bwd = m.forward(&ctx, &args, TensorViewMut::from_slice(&mut o, &[1, 2, 2, 8]).unwrap());
+/// o[0] = 1.0;
+/// drop(bwd);
+/// ```
 /// The modules and their backward contexts are not `Sync` either:
 /// ```compile_fail
 /// fn sync<T: Sync>() {}
@@ -251,6 +268,10 @@ pub const HEADER_VERSION: u32 = sys::TE_VERSION_NUMBER;
 /// ```compile_fail
 /// fn sync<T: Sync>() {}
 /// sync::<libte::GroupedLinearBackwardCtx<'static>>();
+/// ```
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// sync::<libte::AttentionBackwardCtx<'static>>();
 /// ```
 #[doc(hidden)]
 pub mod compile_checks {}
