@@ -109,7 +109,7 @@ int enum_int(const E &e) {
   return v;
 }
 
-inline bool known_dtype(int d) { return d >= TE_DTYPE_F32 && d <= TE_DTYPE_E5M2; }
+inline bool known_dtype(int d) { return d >= TE_DTYPE_F32 && d <= TE_DTYPE_I32; }
 void check_bool(int32_t v, const char *name);
 
 // `name` names the te_device argument; `owner`, when not NULL, the tensor holding it.

@@ -5,6 +5,7 @@ using namespace te::capi;
 
 static_assert(TE_DEVICE_CUDA == static_cast<int>(DeviceType::CUDA), "device values must match the core");
 static_assert(TE_DTYPE_E5M2 == static_cast<int>(DType::E5M2), "dtype values must match the core");
+static_assert(TE_DTYPE_I32 == static_cast<int>(DType::I32), "dtype values must match the core");
 static_assert(TE_SCALING_BLOCK_128X128 == static_cast<int>(ScalingMode::Block128x128), "scaling values must match");
 static_assert(TE_ERROR_INTERNAL == static_cast<int>(Status::Internal), "status values must match the core");
 static_assert(TE_AUTOCAST_MAX_DEPTH == kAutocastMaxDepth, "autocast depth must match the core");

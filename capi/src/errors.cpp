@@ -35,6 +35,9 @@ const char *handle_kind_name(HandleKind k) {
     case HandleKind::GroupedLinear: return "te_grouped_linear";
     case HandleKind::GroupedLinearBackwardCtx: return "te_grouped_linear_backward_ctx";
     case HandleKind::GroupedLinearResiduals: return "te_grouped_linear_residuals";
+    case HandleKind::Attention: return "te_attention";
+    case HandleKind::AttentionBackwardCtx: return "te_attention_backward_ctx";
+    case HandleKind::AttentionResiduals: return "te_attention_residuals";
     case HandleKind::Dead: return "destroyed handle";
   }
   return "handle of unknown type";

@@ -222,7 +222,10 @@ TE_API te_status te_gemm(te_context *ctx, const te_tensor *a, const te_tensor *b
     if (is_fp8(g.a.dtype) != is_fp8(g.b.dtype))
       fail(Status::InvalidArgument, "argument 'b': expected FP8 like 'a' (or neither), got %s and %s",
            dtype_name(g.a.dtype), dtype_name(g.b.dtype));
-    if (!is_fp8(g.a.dtype)) check_dtype(g.b, "b", g.a.dtype);
+    if (!is_fp8(g.a.dtype)) {
+      check_high_precision(g.a, "a");
+      check_dtype(g.b, "b", g.a.dtype);
+    }
     int64_t m = g.transa ? g.a.shape[1] : g.a.shape[0], k = g.transa ? g.a.shape[0] : g.a.shape[1];
     int64_t kb = g.transb ? g.b.shape[1] : g.b.shape[0], n = g.transb ? g.b.shape[0] : g.b.shape[1];
     if (kb != k)

@@ -79,6 +79,7 @@ te_dtype dl_dtype(const DLDataType &t, int fp8_dtype) {
   if (t.code == kDLBfloat && t.bits == 16) return TE_DTYPE_BF16;
   if (t.code == kDLFloat8_e4m3fn && t.bits == 8) return TE_DTYPE_E4M3;
   if (t.code == kDLFloat8_e5m2 && t.bits == 8) return TE_DTYPE_E5M2;
+  if (t.code == kDLInt && t.bits == 32) return TE_DTYPE_I32;
   if ((t.code == kDLUInt || t.code == kDLInt) && t.bits == 8) {
     if (fp8_dtype != TE_DTYPE_E4M3 && fp8_dtype != TE_DTYPE_E5M2)
       fail(Status::InvalidArgument, "argument 'fp8_dtype': 8-bit integer data is read as FP8, so expected "

@@ -36,6 +36,9 @@ enum class HandleKind : uint8_t {
   GroupedLinear = 13,
   GroupedLinearBackwardCtx = 14,
   GroupedLinearResiduals = 15,
+  Attention = 16,
+  AttentionBackwardCtx = 17,
+  AttentionResiduals = 18,
 };
 
 // Why a value did not resolve.

@@ -5,7 +5,8 @@ namespace te {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
+    case DType::F32:
+    case DType::I32: return 4;
     case DType::F16:
     case DType::BF16: return 2;
     case DType::E4M3:
@@ -21,6 +22,7 @@ const char *dtype_name(DType t) {
     case DType::BF16: return "BF16";
     case DType::E4M3: return "E4M3";
     case DType::E5M2: return "E5M2";
+    case DType::I32: return "I32";
   }
   return "UNKNOWN";
 }

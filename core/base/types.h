@@ -33,7 +33,7 @@ class Error : public std::runtime_error {
   Status status_;
 };
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, E4M3 = 3, E5M2 = 4 };
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, E4M3 = 3, E5M2 = 4, I32 = 5 };
 enum class DeviceType : int { CPU = 0, CUDA = 1 };
 enum class ScalingMode : int { PerTensor = 0, Block1x128 = 1, Block128x128 = 2 };
 

@@ -20,7 +20,7 @@ namespace te {
 struct ModuleState {
   virtual ~ModuleState() = default;
 };
-enum class ModuleSlot : int { Linear = 0, LayerNormLinear, LayerNormMlp, GroupedLinear, Count };
+enum class ModuleSlot : int { Linear = 0, LayerNormLinear, LayerNormMlp, GroupedLinear, Attention, Count };
 
 // Reference counted: te_context_destroy kills the handle and drops the caller's reference; each
 // layer, residuals block and backward context made with the context holds one, so the context

@@ -145,6 +145,7 @@ float load_as_float(const void *data, DType t, int64_t i) {
     case DType::BF16: return bf16_to_float(static_cast<const uint16_t *>(data)[i]);
     case DType::E4M3: return e4m3_to_float(static_cast<const uint8_t *>(data)[i]);
     case DType::E5M2: return e5m2_to_float(static_cast<const uint8_t *>(data)[i]);
+    case DType::I32: return static_cast<float>(static_cast<const int32_t *>(data)[i]);
   }
   return 0.0f;
 }
@@ -156,6 +157,7 @@ void store_from_float(void *data, DType t, int64_t i, float v) {
     case DType::BF16: static_cast<uint16_t *>(data)[i] = float_to_bf16(v); return;
     case DType::E4M3: static_cast<uint8_t *>(data)[i] = float_to_e4m3(v); return;
     case DType::E5M2: static_cast<uint8_t *>(data)[i] = float_to_e5m2(v); return;
+    case DType::I32: break;  // offsets are never written as floats
   }
 }
 

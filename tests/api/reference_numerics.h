@@ -120,7 +120,7 @@ inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 
 inline size_t dtype_size(te_dtype t) {
   switch (t) {
-    case TE_DTYPE_F32: return 4;
+    case TE_DTYPE_F32: case TE_DTYPE_I32: return 4;
     case TE_DTYPE_F16: case TE_DTYPE_BF16: return 2;
     default: return 1;
   }
@@ -133,6 +133,7 @@ inline const char *dtype_name(te_dtype t) {
     case TE_DTYPE_BF16: return "BF16";
     case TE_DTYPE_E4M3: return "E4M3";
     case TE_DTYPE_E5M2: return "E5M2";
+    case TE_DTYPE_I32: return "I32";
   }
   return "?";
 }

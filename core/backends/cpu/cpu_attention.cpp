@@ -130,7 +130,7 @@ void CpuBackend::attention_backward(const AttentionBackwardArgs &a) {
   const DType grad_fp8 = fp8 ? a.d_o8.dtype : DType::F32;
   const float qk_factor = dequant_factor(a.q) * dequant_factor(a.k);
   const float dov_factor = fp8 ? dequant_factor(a.d_o8) * dequant_factor(a.v) : 1.0f;  // dP
-  const float ds_inv = fp8 ? a.dp_scale_inv[0] : 1.0f;
+  const float ds_inv = fp8 && !a.dp_amax_only ? a.dp_scale_inv[0] : 1.0f;
   const float dq_factor = ds_inv * dequant_factor(a.k) * d.softmax_scale;
   const float dk_factor = ds_inv * dequant_factor(a.q) * d.softmax_scale;
   const float dv_factor = fp8 ? a.s_scale_inv[0] * dequant_factor(a.d_o8) : 1.0f;

@@ -33,6 +33,11 @@ void load_floats(const void *src, DType t, int64_t offset, int64_t n, float *dst
       for (int64_t j = 0; j < n; ++j) dst[j] = table.value[s[j]];
       return;
     }
+    case DType::I32: {
+      const int32_t *s = static_cast<const int32_t *>(src) + offset;
+      for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(s[j]);
+      return;
+    }
   }
 }
 
@@ -57,6 +62,14 @@ void store_floats(const float *src, int64_t n, void *dst, DType t, int64_t offse
       // Unscaled FP8 stores are not a backend operation, but keep the function total.
       uint8_t *d = static_cast<uint8_t *>(dst) + offset;
       for (int64_t j = 0; j < n; ++j) d[j] = float_to_fp8(src[j], t);
+      return;
+    }
+    case DType::I32: {  // not a backend operation either; total, saturating, NaN as 0
+      int32_t *d = static_cast<int32_t *>(dst) + offset;
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = src[j];
+        d[j] = v != v ? 0 : v >= 2147483520.0f ? INT32_MAX : v <= -2147483648.0f ? INT32_MIN : static_cast<int32_t>(v);
+      }
       return;
     }
   }
