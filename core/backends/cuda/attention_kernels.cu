@@ -246,6 +246,30 @@ __global__ void dsum_kernel(GenParams p) {
   }
 }
 
+// The same with 16-byte loads (o and d_o of one dtype, head_dim % 8 == 0, aligned).
+template <DType T>
+__global__ void dsum_vec_kernel(GenParams p) {
+  constexpr int V = InType<T>::kPerVec;
+  const int64_t rows = p.tokens_q * p.heads;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  const int nvec = static_cast<int>(p.D / V);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const uint4 *a = reinterpret_cast<const uint4 *>(static_cast<const char *>(p.d_o) + r * p.D * sizeof(typename InType<T>::Storage));
+    const uint4 *b = reinterpret_cast<const uint4 *>(static_cast<const char *>(p.o) + r * p.D * sizeof(typename InType<T>::Storage));
+    float acc = 0.0f;
+    for (int c = lane; c < nvec; c += 32) {
+      float x[V], y[V];
+      unpack16<T>(a[c], x);
+      unpack16<T>(b[c], y);
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc = fmaf(x[e], y[e], acc);
+    }
+    acc = warp_sum_f(acc);
+    if (lane == 0) const_cast<float *>(p.dsum)[r] = acc;
+  }
+}
+
 // P, dS of (query row r of the tile, key lane of the tile); returns P as the dV GEMM uses it
 // (FP8: its E4M3 value of P * s_scale) and dS as the dQ / dK GEMMs use it (FP8: its code's value).
 struct PdS {
@@ -513,7 +537,12 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
   {
     const int64_t rows = d.tokens_q * d.heads;
     const int64_t blocks = std::min<int64_t>((rows + 7) / 8, 65535LL * 8);
-    dsum_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    const bool vec = args.o.dtype == args.d_o.dtype && aligned16(args.o.data) && aligned16(args.d_o.data) &&
+                     d.head_dim % (args.o.dtype == DType::F32 ? 4 : 8) == 0;
+    if (vec && args.o.dtype == DType::BF16) dsum_vec_kernel<DType::BF16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    else if (vec && args.o.dtype == DType::F16) dsum_vec_kernel<DType::F16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    else if (vec && args.o.dtype == DType::F32) dsum_vec_kernel<DType::F32><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    else dsum_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
     TE_CUDA_CHECK_LAUNCH();
   }
   if (!args.dp_amax_only && attention_tc_backward(args, p.dsum, stream)) return;

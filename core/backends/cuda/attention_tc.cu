@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backends/cuda/attention_tc.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -26,6 +27,8 @@ namespace te::cuda {
 namespace {
 
 constexpr int kTcBQ = 64, kTcBK = 64, kTcThreads = 128;
+// The forward's CTA: 4 warps of kFwdMT 16-row m-tiles each (K / V fragments feed kFwdMT mmas).
+constexpr int kFwdMT = 2, kFwdBQ = 64 * kFwdMT;
 
 struct TcFwdParams {
   const uint16_t *q, *k, *v;
@@ -131,165 +134,193 @@ __device__ __forceinline__ void load_tile_async(uint32_t dst, const uint16_t *sr
   }
 }
 
-template <int D, bool kBf16>
+// Rows [row0, row0 + rows) (those < valid) of head `head`, swizzled, zeros beyond.
+template <int D>
+__device__ __forceinline__ void load_rows_async(uint32_t dst, const uint16_t *src, int rows, int64_t row0, int valid,
+                                                int64_t head, int64_t nh) {
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < rows * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e - r * kChunks;
+    const bool ok = r < valid;
+    const uint16_t *g = ok ? src + ((row0 + r) * nh + head) * D + c * 8 : src;
+    cp_async16(dst + swz<D>(r, c), g, ok ? 16 : 0);
+  }
+}
+
+template <int D, bool kBf16, int BKF>
 __global__ void __launch_bounds__(kTcThreads) tc_fwd_kernel(TcFwdParams p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
-  constexpr int kTile = 64 * D * 2;  // bytes of one 64-row tile
-  const uint32_t sQ = smem_u32(tc_smem), sK0 = sQ + kTile;  // K0 V0 K1 V1
+  constexpr int kTile = 64 * D * 2;  // bytes of one 64-row Q tile
+  constexpr int kKV = BKF * D * 2;   // bytes of one K or V tile
+  constexpr int MT = kFwdMT;         // 16-row m-tiles per warp
+  const uint32_t sQ = smem_u32(tc_smem), sK0 = sQ + MT * kTile;  // Q (64 MT rows), K0 V0 K1 V1
   const int64_t h = blockIdx.x, b = blockIdx.z;
   const int tile = p.tiles - 1 - static_cast<int>(blockIdx.y);
   const TcSeq s = tc_seq(p, b);
-  const int64_t q0 = static_cast<int64_t>(tile) * kTcBQ;
+  const int64_t q0 = static_cast<int64_t>(tile) * kFwdBQ;
   if (q0 >= s.sq) return;
-  const int nq = static_cast<int>(std::min<int64_t>(kTcBQ, s.sq - q0));
+  const int nq = static_cast<int>(std::min<int64_t>(kFwdBQ, s.sq - q0));
   const int64_t g = h / (p.heads / p.kv_heads);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t kv_end = tc_key_end(p.mask, q0 + nq - 1, s.sq, s.skv);
-  const int n_tiles = static_cast<int>((kv_end + kTcBK - 1) / kTcBK);
+  const int n_tiles = static_cast<int>((kv_end + BKF - 1) / BKF);
 
-  load_tile_async<D>(sQ, p.q, s.qs + q0, nq, h, p.heads);
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+    load_tile_async<D>(sQ + m * kTile, p.q, s.qs + q0 + m * 64, std::max(0, std::min(64, nq - m * 64)), h, p.heads);
   if (n_tiles > 0) {
-    load_tile_async<D>(sK0, p.k, s.ks, static_cast<int>(std::min<int64_t>(kTcBK, s.skv)), g, p.kv_heads);
-    load_tile_async<D>(sK0 + kTile, p.v, s.ks, static_cast<int>(std::min<int64_t>(kTcBK, s.skv)), g, p.kv_heads);
+    load_rows_async<D>(sK0, p.k, BKF, s.ks, static_cast<int>(std::min<int64_t>(BKF, s.skv)), g, p.kv_heads);
+    load_rows_async<D>(sK0 + kKV, p.v, BKF, s.ks, static_cast<int>(std::min<int64_t>(BKF, s.skv)), g, p.kv_heads);
   }
   cp_async_commit();
 
-  // The rows this thread holds (C fragment rows lane/4 and lane/4 + 8 of its warp's 16).
-  const int r_lo = warp * 16 + (lane >> 2);
-  const int64_t i_lo = q0 + r_lo, i_hi = i_lo + 8;
-  const int64_t end_lo = r_lo < nq ? tc_key_end(p.mask, i_lo, s.sq, s.skv) : 0;
-  const int64_t end_hi = r_lo + 8 < nq ? tc_key_end(p.mask, i_hi, s.sq, s.skv) : 0;
-  // Keys below this are visible to every valid row of the tile (no per-element mask needed).
+  // Row (in the CTA's tile) of C fragment rows lane/4 (+8) of m-tile m: warp*16*MT + m*16 + lane/4.
+  int end_r[MT][2];  // positions inside a sequence fit in int
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      end_r[m][u] = r < nq ? static_cast<int>(tc_key_end(p.mask, q0 + r, s.sq, s.skv)) : 0;
+    }
   const int64_t all_end = tc_key_end(p.mask, q0, s.sq, s.skv);
 
-  uint32_t qf[D / 16][4];
-  float o[D / 8][4];
+  float o[MT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
 
   for (int t = 0; t < n_tiles; ++t) {
     const int buf = t & 1;
     if (t + 1 < n_tiles) {
-      const int64_t k0n = static_cast<int64_t>(t + 1) * kTcBK;
-      const int nk = static_cast<int>(std::min<int64_t>(kTcBK, s.skv - k0n));
-      const uint32_t dK = sK0 + (buf ^ 1) * 2 * kTile;
-      load_tile_async<D>(dK, p.k, s.ks + k0n, nk, g, p.kv_heads);
-      load_tile_async<D>(dK + kTile, p.v, s.ks + k0n, nk, g, p.kv_heads);
+      const int64_t k0n = static_cast<int64_t>(t + 1) * BKF;
+      const int nk = static_cast<int>(std::min<int64_t>(BKF, s.skv - k0n));
+      const uint32_t dK = sK0 + (buf ^ 1) * 2 * kKV;
+      load_rows_async<D>(dK, p.k, BKF, s.ks + k0n, nk, g, p.kv_heads);
+      load_rows_async<D>(dK + kKV, p.v, BKF, s.ks + k0n, nk, g, p.kv_heads);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (t == 0) {
+    const uint32_t sK = sK0 + buf * 2 * kKV, sV = sK + kKV;
+    const int64_t k0 = static_cast<int64_t>(t) * BKF;
+    // S = Q K^T for this warp's 16 MT rows and the tile's 64 keys (Q re-read from shared memory).
+    float sc[MT][BKF / 8][4];
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const int mi = lane >> 3;
-        const int r = warp * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
-        ldmatrix_x4(sQ + swz<D>(r, c), qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
-      }
-    }
-    const uint32_t sK = sK0 + buf * 2 * kTile, sV = sK + kTile;
-    const int64_t k0 = static_cast<int64_t>(t) * kTcBK;
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-    float sc[kTcBK / 8][4];
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+      for (int n = 0; n < BKF / 8; ++n) sc[m][n][0] = sc[m][n][1] = sc[m][n][2] = sc[m][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      const int mi = lane >> 3;
+      uint32_t qa[MT][4];
 #pragma unroll
-      for (int np = 0; np < kTcBK / 16; ++np) {
-        const int mi = lane >> 3;
+      for (int m = 0; m < MT; ++m) {
+        const int r = warp * 16 * MT + m * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
+        ldmatrix_x4(sQ + swz<D>(r, c), qa[m][0], qa[m][1], qa[m][2], qa[m][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < BKF / 16; ++np) {
         const int r = np * 16 + (mi >> 1) * 8 + (lane & 7), c = kk * 2 + (mi & 1);
         uint32_t b0, b1, b2, b3;
         ldmatrix_x4(sK + swz<D>(r, c), b0, b1, b2, b3);
-        mma16816<kBf16>(sc[2 * np], qf[kk], b0, b1);
-        mma16816<kBf16>(sc[2 * np + 1], qf[kk], b2, b3);
-      }
-    }
-    // Scale (log2 domain) and mask.
-    const bool need_mask = k0 + kTcBK > all_end || k0 + kTcBK > s.skv;
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[n][e] * p.scale_log2;
-        if (need_mask) {
-          const int64_t j = k0 + n * 8 + (lane & 3) * 2 + (e & 1);
-          if (j >= (e < 2 ? end_lo : end_hi)) x = -INFINITY;
+        for (int m = 0; m < MT; ++m) {
+          mma16816<kBf16>(sc[m][2 * np], qa[m], b0, b1);
+          mma16816<kBf16>(sc[m][2 * np + 1], qa[m], b2, b3);
         }
-        sc[n][e] = x;
       }
     }
-    float mx_lo = -INFINITY, mx_hi = -INFINITY;
+    const bool need_mask = k0 + BKF > all_end || k0 + BKF > s.skv;
+    uint32_t pf[MT][BKF / 16][4];
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n) {
-      mx_lo = fmaxf(mx_lo, fmaxf(sc[n][0], sc[n][1]));
-      mx_hi = fmaxf(mx_hi, fmaxf(sc[n][2], sc[n][3]));
-    }
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xFFFFFFFFu, mx_lo, 1));
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xFFFFFFFFu, mx_lo, 2));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xFFFFFFFFu, mx_hi, 1));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xFFFFFFFFu, mx_hi, 2));
-    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-    const float mu_lo = mn_lo == -INFINITY ? 0.0f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-    const float a_lo = exp2f(m_lo - mu_lo), a_hi = exp2f(m_hi - mu_hi);
-    m_lo = mn_lo, m_hi = mn_hi;
-    float sum_lo = 0.0f, sum_hi = 0.0f;
-    uint32_t pf[kTcBK / 16][4];
+    for (int m = 0; m < MT; ++m) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n) {
-      const float p0 = exp2f(sc[n][0] - mu_lo), p1 = exp2f(sc[n][1] - mu_lo);
-      const float p2 = exp2f(sc[n][2] - mu_hi), p3 = exp2f(sc[n][3] - mu_hi);
-      sum_lo += p0 + p1;
-      sum_hi += p2 + p3;
-      pf[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(p0, p1);
-      pf[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(p2, p3);
-    }
-    l_lo = l_lo * a_lo + sum_lo;
-    l_hi = l_hi * a_hi + sum_hi;
+      for (int n = 0; n < BKF / 8; ++n) {
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      o[d][0] *= a_lo, o[d][1] *= a_lo;
-      o[d][2] *= a_hi, o[d][3] *= a_hi;
+        for (int e = 0; e < 4; ++e) {
+          float x = sc[m][n][e] * p.scale_log2;
+          if (need_mask) {
+            const int j = static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1);
+            if (j >= end_r[m][e >> 1]) x = -INFINITY;
+          }
+          sc[m][n][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      }
+      float mu[2], alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xFFFFFFFFu, mx[u], 1));
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xFFFFFFFFu, mx[u], 2));
+        const float mn = fmaxf(mrow[m][u], mx[u]);
+        mu[u] = mn == -INFINITY ? 0.0f : mn;
+        alpha[u] = exp2f(mrow[m][u] - mu[u]);
+        mrow[m][u] = mn;
+      }
+#pragma unroll
+      for (int n = 0; n < BKF / 8; ++n) {
+        const float p0 = exp2f(sc[m][n][0] - mu[0]), p1 = exp2f(sc[m][n][1] - mu[0]);
+        const float p2 = exp2f(sc[m][n][2] - mu[1]), p3 = exp2f(sc[m][n][3] - mu[1]);
+        sum[0] += p0 + p1;
+        sum[1] += p2 + p3;
+        pf[m][n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(p0, p1);
+        pf[m][n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(p2, p3);
+      }
+      lrow[m][0] = lrow[m][0] * alpha[0] + sum[0];
+      lrow[m][1] = lrow[m][1] * alpha[1] + sum[1];
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        o[m][d][0] *= alpha[0], o[m][d][1] *= alpha[0];
+        o[m][d][2] *= alpha[1], o[m][d][3] *= alpha[1];
+      }
     }
     // O += P V.
 #pragma unroll
-    for (int kk = 0; kk < kTcBK / 16; ++kk) {
+    for (int kk = 0; kk < BKF / 16; ++kk) {
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         const int mi = lane >> 3;
         const int r = kk * 16 + (mi & 1) * 8 + (lane & 7), c = dp * 2 + (mi >> 1);
         uint32_t b0, b1, b2, b3;
         ldmatrix_x4_trans(sV + swz<D>(r, c), b0, b1, b2, b3);
-        mma16816<kBf16>(o[2 * dp], pf[kk], b0, b1);
-        mma16816<kBf16>(o[2 * dp + 1], pf[kk], b2, b3);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816<kBf16>(o[m][2 * dp], pf[m][kk], b0, b1);
+          mma16816<kBf16>(o[m][2 * dp + 1], pf[m][kk], b2, b3);
+        }
       }
     }
     __syncthreads();
   }
   cp_async_wait<0>();
-  l_lo += __shfl_xor_sync(0xFFFFFFFFu, l_lo, 1);
-  l_lo += __shfl_xor_sync(0xFFFFFFFFu, l_lo, 2);
-  l_hi += __shfl_xor_sync(0xFFFFFFFFu, l_hi, 1);
-  l_hi += __shfl_xor_sync(0xFFFFFFFFu, l_hi, 2);
   constexpr float kLn2 = 0.69314718055994530942f;
-  const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
-  if (r_lo < nq) {
-    uint16_t *orow = p.o + ((s.qs + i_lo) * p.heads + h) * D + (lane & 3) * 2;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) *reinterpret_cast<uint32_t *>(orow + d * 8) = pack2<kBf16>(o[d][0] * inv_lo, o[d][1] * inv_lo);
-    if ((lane & 3) == 0) p.lse[(s.qs + i_lo) * p.heads + h] = l_lo > 0.0f ? (m_lo + log2f(l_lo)) * kLn2 : -INFINITY;
-  }
-  if (r_lo + 8 < nq) {
-    uint16_t *orow = p.o + ((s.qs + i_hi) * p.heads + h) * D + (lane & 3) * 2;
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) *reinterpret_cast<uint32_t *>(orow + d * 8) = pack2<kBf16>(o[d][2] * inv_hi, o[d][3] * inv_hi);
-    if ((lane & 3) == 0) p.lse[(s.qs + i_hi) * p.heads + h] = l_hi > 0.0f ? (m_hi + log2f(l_hi)) * kLn2 : -INFINITY;
+    for (int u = 0; u < 2; ++u) {
+      float l = lrow[m][u];
+      l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+      l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      if (r >= nq) continue;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int64_t i = s.qs + q0 + r;
+      uint16_t *orow = p.o + (i * p.heads + h) * D + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<uint32_t *>(orow + d * 8) = pack2<kBf16>(o[m][d][2 * u] * inv, o[m][d][2 * u + 1] * inv);
+      if ((lane & 3) == 0) p.lse[i * p.heads + h] = l > 0.0f ? (mrow[m][u] + log2f(l)) * kLn2 : -INFINITY;
+    }
   }
 }
-
 
 // ---- backward ------------------------------------------------------------------------------
 // dK / dV: one CTA of 4 warps per (64-key tile, kv head, sequence); warp w owns keys 16w..16w+15
@@ -299,6 +330,10 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_kernel(TcFwdParams p) {
 // LSE and D tiles are double buffered through cp.async.
 // dQ: one CTA per (64-query tile, head, sequence) as the forward: S, P, dP = dO V^T, dS, dQ += dS K.
 constexpr int kBwdBQ = 32;
+// dK / dV's CTA: 8 warps of 16 keys (Q / dO tiles are loaded once for 128 keys).
+constexpr int kDkvWarps = 8, kDkvThreads = 32 * kDkvWarps, kDkvBK = 16 * kDkvWarps;
+// dQ's CTA: 4 warps of kDqMT 16-row m-tiles, key tiles of kDqBK.
+constexpr int kDqMT = 2, kDqBQ = 64 * kDqMT, kDqBK = 32;
 
 struct TcBwdParams {
   const uint16_t *q, *k, *v, *d_o;
@@ -311,31 +346,18 @@ struct TcBwdParams {
   int tiles;
 };
 
-// Rows [row0, row0 + rows) (those < valid) of head `head`, swizzled, zeros beyond.
-template <int D>
-__device__ __forceinline__ void load_rows_async(uint32_t dst, const uint16_t *src, int rows, int64_t row0, int valid,
-                                                int64_t head, int64_t nh) {
-  constexpr int kChunks = D / 8;
-  for (int e = threadIdx.x; e < rows * kChunks; e += kTcThreads) {
-    const int r = e / kChunks, c = e - r * kChunks;
-    const bool ok = r < valid;
-    const uint16_t *g = ok ? src + ((row0 + r) * nh + head) * D + c * 8 : src;
-    cp_async16(dst + swz<D>(r, c), g, ok ? 16 : 0);
-  }
-}
-
 template <int D, bool kBf16>
-__global__ void __launch_bounds__(kTcThreads) tc_dkdv_kernel(TcBwdParams p) {
+__global__ void __launch_bounds__(kDkvThreads) tc_dkdv_kernel(TcBwdParams p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
-  constexpr int kKV = 64 * D * 2, kQ = kBwdBQ * D * 2;
+  constexpr int kKV = kDkvBK * D * 2, kQ = kBwdBQ * D * 2;
   const uint32_t sK = smem_u32(tc_smem), sV = sK + kKV, sQ0 = sV + kKV;  // Q0 dO0 Q1 dO1
   float *stats = reinterpret_cast<float *>(tc_smem + 2 * kKV + 4 * kQ);  // [2][lse 32, dsum 32]
   const int64_t g = blockIdx.x, b = blockIdx.z;
-  const int ktile = p.tiles - 1 - static_cast<int>(blockIdx.y);
+  const int ktile = static_cast<int>(blockIdx.y);  // the first key tiles are the heaviest (causal)
   const TcSeq s = tc_seq(p, b);
-  const int64_t k0 = static_cast<int64_t>(ktile) * 64;
+  const int64_t k0 = static_cast<int64_t>(ktile) * kDkvBK;
   if (k0 >= s.skv) return;
-  const int nk = static_cast<int>(std::min<int64_t>(64, s.skv - k0));
+  const int nk = static_cast<int>(std::min<int64_t>(kDkvBK, s.skv - k0));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t group = p.heads / p.kv_heads;
   const int64_t off = p.mask == 2 ? s.skv - s.sq : 0;
@@ -344,8 +366,8 @@ __global__ void __launch_bounds__(kTcThreads) tc_dkdv_kernel(TcBwdParams p) {
   const int64_t per_head = std::max<int64_t>(0, qt_end - qt0);
   const int64_t steps = per_head * group;
 
-  load_rows_async<D>(sK, p.k, 64, s.ks + k0, nk, g, p.kv_heads);
-  load_rows_async<D>(sV, p.v, 64, s.ks + k0, nk, g, p.kv_heads);
+  load_rows_async<D>(sK, p.k, kDkvBK, s.ks + k0, nk, g, p.kv_heads);
+  load_rows_async<D>(sV, p.v, kDkvBK, s.ks + k0, nk, g, p.kv_heads);
   auto issue = [&](int64_t step, int buf) {
     const int64_t h = g * group + step / per_head;
     const int64_t q0 = (qt0 + step % per_head) * kBwdBQ;
@@ -413,7 +435,7 @@ __global__ void __launch_bounds__(kTcThreads) tc_dkdv_kernel(TcBwdParams p) {
         mma16816<kBf16>(dp[2 * np + 1], va, b2, b3);
       }
     }
-    const bool need_mask = (p.mask != 0 && q0 + off < k0 + 63) || q0 + kBwdBQ > s.sq || k0 + 64 > s.skv;
+    const bool need_mask = (p.mask != 0 && q0 + off < k0 + kDkvBK - 1) || q0 + kBwdBQ > s.sq || k0 + kDkvBK > s.skv;
     uint32_t pa[kBwdBQ / 16][4], dsa[kBwdBQ / 16][4];
 #pragma unroll
     for (int n = 0; n < kBwdBQ / 8; ++n) {
@@ -475,141 +497,163 @@ __global__ void __launch_bounds__(kTcThreads) tc_dkdv_kernel(TcBwdParams p) {
 template <int D, bool kBf16>
 __global__ void __launch_bounds__(kTcThreads) tc_dq_kernel(TcBwdParams p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
-  constexpr int kTile = 64 * D * 2;
-  const uint32_t sQ = smem_u32(tc_smem), sdO = sQ + kTile, sK0 = sdO + kTile;  // K0 V0 K1 V1
+  constexpr int MT = kDqMT, BK = kDqBK;
+  constexpr int kQ = MT * 64 * D * 2, kKV = BK * D * 2;
+  const uint32_t sQ = smem_u32(tc_smem), sdO = sQ + kQ, sK0 = sdO + kQ;  // K0 V0 K1 V1
   const int64_t h = blockIdx.x, b = blockIdx.z;
   const int tile = p.tiles - 1 - static_cast<int>(blockIdx.y);
   const TcSeq s = tc_seq(p, b);
-  const int64_t q0 = static_cast<int64_t>(tile) * kTcBQ;
+  const int64_t q0 = static_cast<int64_t>(tile) * kDqBQ;
   if (q0 >= s.sq) return;
-  const int nq = static_cast<int>(std::min<int64_t>(kTcBQ, s.sq - q0));
+  const int nq = static_cast<int>(std::min<int64_t>(kDqBQ, s.sq - q0));
   const int64_t g = h / (p.heads / p.kv_heads);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t kv_end = tc_key_end(p.mask, q0 + nq - 1, s.sq, s.skv);
-  const int n_tiles = static_cast<int>((kv_end + kTcBK - 1) / kTcBK);
-  load_tile_async<D>(sQ, p.q, s.qs + q0, nq, h, p.heads);
-  load_tile_async<D>(sdO, p.d_o, s.qs + q0, nq, h, p.heads);
+  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  load_rows_async<D>(sQ, p.q, 64 * MT, s.qs + q0, nq, h, p.heads);
+  load_rows_async<D>(sdO, p.d_o, 64 * MT, s.qs + q0, nq, h, p.heads);
   if (n_tiles > 0) {
-    load_tile_async<D>(sK0, p.k, s.ks, static_cast<int>(std::min<int64_t>(kTcBK, s.skv)), g, p.kv_heads);
-    load_tile_async<D>(sK0 + kTile, p.v, s.ks, static_cast<int>(std::min<int64_t>(kTcBK, s.skv)), g, p.kv_heads);
+    load_rows_async<D>(sK0, p.k, BK, s.ks, static_cast<int>(std::min<int64_t>(BK, s.skv)), g, p.kv_heads);
+    load_rows_async<D>(sK0 + kKV, p.v, BK, s.ks, static_cast<int>(std::min<int64_t>(BK, s.skv)), g, p.kv_heads);
   }
   cp_async_commit();
-  const int r_lo = warp * 16 + (lane >> 2);
-  const int64_t i_lo = q0 + r_lo, i_hi = i_lo + 8;
-  const int64_t end_lo = r_lo < nq ? tc_key_end(p.mask, i_lo, s.sq, s.skv) : 0;
-  const int64_t end_hi = r_lo + 8 < nq ? tc_key_end(p.mask, i_hi, s.sq, s.skv) : 0;
-  const int64_t all_end = tc_key_end(p.mask, q0, s.sq, s.skv);
   constexpr float kLog2e = 1.4426950408889634f;
-  const float lse_lo = r_lo < nq ? p.lse[(s.qs + i_lo) * p.heads + h] * kLog2e : 0.0f;
-  const float lse_hi = r_lo + 8 < nq ? p.lse[(s.qs + i_hi) * p.heads + h] * kLog2e : 0.0f;
-  const float ds_lo = r_lo < nq ? p.dsum[(s.qs + i_lo) * p.heads + h] : 0.0f;
-  const float ds_hi = r_lo + 8 < nq ? p.dsum[(s.qs + i_hi) * p.heads + h] : 0.0f;
-  float dq[D / 8][4];
+  int end_r[MT][2];  // positions inside a sequence fit in int
+  float lse_r[MT][2], dsum_r[MT][2];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      const bool ok = r < nq;
+      end_r[m][u] = ok ? static_cast<int>(tc_key_end(p.mask, q0 + r, s.sq, s.skv)) : 0;
+      lse_r[m][u] = ok ? p.lse[(s.qs + q0 + r) * p.heads + h] * kLog2e : 0.0f;
+      dsum_r[m][u] = ok ? p.dsum[(s.qs + q0 + r) * p.heads + h] : 0.0f;
+    }
+  const int64_t all_end = tc_key_end(p.mask, q0, s.sq, s.skv);
+  float dq[MT][D / 8][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) dq[m][i][0] = dq[m][i][1] = dq[m][i][2] = dq[m][i][3] = 0.0f;
   for (int t = 0; t < n_tiles; ++t) {
     const int buf = t & 1;
     if (t + 1 < n_tiles) {
-      const int64_t k0n = static_cast<int64_t>(t + 1) * kTcBK;
-      const int nk = static_cast<int>(std::min<int64_t>(kTcBK, s.skv - k0n));
-      const uint32_t dK = sK0 + (buf ^ 1) * 2 * kTile;
-      load_tile_async<D>(dK, p.k, s.ks + k0n, nk, g, p.kv_heads);
-      load_tile_async<D>(dK + kTile, p.v, s.ks + k0n, nk, g, p.kv_heads);
+      const int64_t k0n = static_cast<int64_t>(t + 1) * BK;
+      const int nk = static_cast<int>(std::min<int64_t>(BK, s.skv - k0n));
+      const uint32_t dK = sK0 + (buf ^ 1) * 2 * kKV;
+      load_rows_async<D>(dK, p.k, BK, s.ks + k0n, nk, g, p.kv_heads);
+      load_rows_async<D>(dK + kKV, p.v, BK, s.ks + k0n, nk, g, p.kv_heads);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint32_t sK = sK0 + buf * 2 * kTile, sV = sK + kTile;
-    const int64_t k0 = static_cast<int64_t>(t) * kTcBK;
-    float sc[kTcBK / 8][4], dp[kTcBK / 8][4];
+    const uint32_t sK = sK0 + buf * 2 * kKV, sV = sK + kKV;
+    const int64_t k0 = static_cast<int64_t>(t) * BK;
+    float sc[MT][BK / 8][4], dp[MT][BK / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n)
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sc[n][e] = dp[n][e] = 0.0f;
+      for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[m][n][e] = dp[m][n][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int mi = lane >> 3;
-      uint32_t qa[4], da[4];
-      {
-        const int r = warp * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
-        ldmatrix_x4(sQ + swz<D>(r, c), qa[0], qa[1], qa[2], qa[3]);
-        ldmatrix_x4(sdO + swz<D>(r, c), da[0], da[1], da[2], da[3]);
+      uint32_t qa[MT][4], da[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int r = warp * 16 * MT + m * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
+        ldmatrix_x4(sQ + swz<D>(r, c), qa[m][0], qa[m][1], qa[m][2], qa[m][3]);
+        ldmatrix_x4(sdO + swz<D>(r, c), da[m][0], da[m][1], da[m][2], da[m][3]);
       }
 #pragma unroll
-      for (int np = 0; np < kTcBK / 16; ++np) {
+      for (int np = 0; np < BK / 16; ++np) {
         const int r = np * 16 + (mi >> 1) * 8 + (lane & 7), c = kk * 2 + (mi & 1);
         uint32_t b0, b1, b2, b3;
         ldmatrix_x4(sK + swz<D>(r, c), b0, b1, b2, b3);
-        mma16816<kBf16>(sc[2 * np], qa, b0, b1);
-        mma16816<kBf16>(sc[2 * np + 1], qa, b2, b3);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816<kBf16>(sc[m][2 * np], qa[m], b0, b1);
+          mma16816<kBf16>(sc[m][2 * np + 1], qa[m], b2, b3);
+        }
         ldmatrix_x4(sV + swz<D>(r, c), b0, b1, b2, b3);
-        mma16816<kBf16>(dp[2 * np], da, b0, b1);
-        mma16816<kBf16>(dp[2 * np + 1], da, b2, b3);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816<kBf16>(dp[m][2 * np], da[m], b0, b1);
+          mma16816<kBf16>(dp[m][2 * np + 1], da[m], b2, b3);
+        }
       }
     }
-    const bool need_mask = k0 + kTcBK > all_end || k0 + kTcBK > s.skv;
-    uint32_t dsa[kTcBK / 16][4];
+    const bool need_mask = k0 + BK > all_end || k0 + BK > s.skv;
+    uint32_t dsa[MT][BK / 16][4];
 #pragma unroll
-    for (int n = 0; n < kTcBK / 8; ++n) {
-      float ds[4];
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t j = k0 + n * 8 + (lane & 3) * 2 + (e & 1);
-        const bool vis = !need_mask || j < (e < 2 ? end_lo : end_hi);
-        const float pp = vis ? exp2f(sc[n][e] * p.scale_log2 - (e < 2 ? lse_lo : lse_hi)) : 0.0f;
-        ds[e] = pp * (dp[n][e] - (e < 2 ? ds_lo : ds_hi));
+      for (int n = 0; n < BK / 8; ++n) {
+        float ds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1);
+          const bool vis = !need_mask || j < end_r[m][e >> 1];
+          const float pp = vis ? exp2f(sc[m][n][e] * p.scale_log2 - lse_r[m][e >> 1]) : 0.0f;
+          ds[e] = pp * (dp[m][n][e] - dsum_r[m][e >> 1]);
+        }
+        dsa[m][n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
+        dsa[m][n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
       }
-      dsa[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
-      dsa[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
-    }
 #pragma unroll
-    for (int kk = 0; kk < kTcBK / 16; ++kk) {
+    for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
       for (int dp2 = 0; dp2 < D / 16; ++dp2) {
         const int mi = lane >> 3;
         const int r = kk * 16 + (mi & 1) * 8 + (lane & 7), c = dp2 * 2 + (mi >> 1);
         uint32_t b0, b1, b2, b3;
         ldmatrix_x4_trans(sK + swz<D>(r, c), b0, b1, b2, b3);
-        mma16816<kBf16>(dq[2 * dp2], dsa[kk], b0, b1);
-        mma16816<kBf16>(dq[2 * dp2 + 1], dsa[kk], b2, b3);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816<kBf16>(dq[m][2 * dp2], dsa[m][kk], b0, b1);
+          mma16816<kBf16>(dq[m][2 * dp2 + 1], dsa[m][kk], b2, b3);
+        }
       }
     }
     __syncthreads();
   }
   cp_async_wait<0>();
-  if (r_lo < nq) {
-    uint16_t *row = p.dq + ((s.qs + i_lo) * p.heads + h) * D + (lane & 3) * 2;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) *reinterpret_cast<uint32_t *>(row + d * 8) = pack2<kBf16>(dq[d][0] * p.scale, dq[d][1] * p.scale);
-  }
-  if (r_lo + 8 < nq) {
-    uint16_t *row = p.dq + ((s.qs + i_hi) * p.heads + h) * D + (lane & 3) * 2;
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) *reinterpret_cast<uint32_t *>(row + d * 8) = pack2<kBf16>(dq[d][2] * p.scale, dq[d][3] * p.scale);
-  }
+    for (int u = 0; u < 2; ++u) {
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      if (r >= nq) continue;
+      uint16_t *row = p.dq + ((s.qs + q0 + r) * p.heads + h) * D + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<uint32_t *>(row + d * 8) = pack2<kBf16>(dq[m][d][2 * u] * p.scale, dq[m][d][2 * u + 1] * p.scale);
+    }
 }
 
 template <int D, bool kBf16>
 void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
   {
-    const size_t smem = static_cast<size_t>(2) * 64 * D * 2 + 4 * kBwdBQ * D * 2 + 4 * kBwdBQ * sizeof(float);
+    const size_t smem = static_cast<size_t>(2) * kDkvBK * D * 2 + 4 * kBwdBQ * D * 2 + 4 * kBwdBQ * sizeof(float);
     auto kernel = tc_dkdv_kernel<D, kBf16>;
     TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     TcBwdParams pk = p;
-    pk.tiles = static_cast<int>((p.max_kv + 63) / 64);
+    pk.tiles = static_cast<int>((p.max_kv + kDkvBK - 1) / kDkvBK);
     if (pk.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(pk.tiles), static_cast<unsigned>(batch));
-      kernel<<<grid, kTcThreads, smem, stream>>>(pk);
+      kernel<<<grid, kDkvThreads, smem, stream>>>(pk);
       TE_CUDA_CHECK_LAUNCH();
     }
   }
   {
-    const size_t smem = static_cast<size_t>(6) * 64 * D * 2;
+    const size_t smem = static_cast<size_t>(2 * kDqBQ + 4 * kDqBK) * D * 2;
     auto kernel = tc_dq_kernel<D, kBf16>;
     TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    p.tiles = static_cast<int>((p.max_q + kTcBQ - 1) / kTcBQ);
+    p.tiles = static_cast<int>((p.max_q + kDqBQ - 1) / kDqBQ);
     if (p.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
       kernel<<<grid, kTcThreads, smem, stream>>>(p);
@@ -620,10 +664,10 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
 
 bool aligned16p(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-template <int D, bool kBf16>
+template <int D, bool kBf16, int BKF>
 void launch_fwd(const TcFwdParams &p, int64_t batch, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(5) * 64 * D * 2;
-  auto kernel = tc_fwd_kernel<D, kBf16>;
+  const size_t smem = static_cast<size_t>(kFwdMT * 64 + 4 * BKF) * D * 2;
+  auto kernel = tc_fwd_kernel<D, kBf16, BKF>;
   TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
   kernel<<<grid, kTcThreads, smem, stream>>>(p);
@@ -640,7 +684,7 @@ bool attention_tc_forward(const AttentionForwardArgs &args, cudaStream_t stream)
   if (d.head_dim != 64 && d.head_dim != 128) return false;
   if (!aligned16p(args.q.data) || !aligned16p(args.k.data) || !aligned16p(args.v.data) || !aligned16p(args.o.data))
     return false;
-  const int64_t tiles = (d.max_seq_q + kTcBQ - 1) / kTcBQ;
+  const int64_t tiles = (d.max_seq_q + kFwdBQ - 1) / kFwdBQ;
   if (tiles <= 0 || d.batch <= 0) return tiles <= 0 || d.batch <= 0;  // nothing to compute
   if (tiles >= 65536 || d.batch >= 65536 || d.heads >= (1LL << 31)) return false;
   TcFwdParams p;
@@ -656,8 +700,14 @@ bool attention_tc_forward(const AttentionForwardArgs &args, cudaStream_t stream)
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.tiles = static_cast<int>(tiles);
   const bool bf = t == DType::BF16;
-  if (d.head_dim == 64) bf ? launch_fwd<64, true>(p, d.batch, stream) : launch_fwd<64, false>(p, d.batch, stream);
-  else bf ? launch_fwd<128, true>(p, d.batch, stream) : launch_fwd<128, false>(p, d.batch, stream);
+  const char *var = std::getenv("TE_ATTN_FWD_BK");  // temporary: tile experiments
+  if (var && var[0] == '3') {
+    if (d.head_dim == 64) bf ? launch_fwd<64, true, 32>(p, d.batch, stream) : launch_fwd<64, false, 32>(p, d.batch, stream);
+    else bf ? launch_fwd<128, true, 32>(p, d.batch, stream) : launch_fwd<128, false, 32>(p, d.batch, stream);
+  } else {
+    if (d.head_dim == 64) bf ? launch_fwd<64, true, 64>(p, d.batch, stream) : launch_fwd<64, false, 64>(p, d.batch, stream);
+    else bf ? launch_fwd<128, true, 64>(p, d.batch, stream) : launch_fwd<128, false, 64>(p, d.batch, stream);
+  }
   return true;
 }
 
