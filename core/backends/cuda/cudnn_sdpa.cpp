@@ -56,7 +56,9 @@ bool to_cudnn(DType t, cudnnDataType_t *out) {
 // Tensor unique ids (virtual tensors get ids from kFirstVirtual on).
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kSeqQ, kSeqKv, kOffQ, kOffKv, kOffStats, kSqConst, kSkvConst,
-  kDO, kDQ, kDK, kDV, kOne, kSoftSum, kDQAcc, kNumUids, kFirstVirtual = 1000
+  kDO, kDQ, kDK, kDV, kOne, kSoftSum, kDQAcc,
+  kDescaleQ, kDescaleK, kDescaleV, kSScale, kSScaleInv, kAmaxS, kAmaxO,  // FP8 forward
+  kNumUids, kFirstVirtual = 1000
 };
 
 // One backend descriptor, destroyed with its owner.
@@ -273,7 +275,9 @@ class GraphBuilder {
 // The shape of one call as the plan sees it.
 struct Shape {
   bool backward = false;
-  cudnnDataType_t io = CUDNN_DATA_BFLOAT16;
+  cudnnDataType_t io = CUDNN_DATA_BFLOAT16;  // q, k, v (E4M3 for FP8)
+  cudnnDataType_t out = CUDNN_DATA_BFLOAT16;  // o (and the gradients)
+  bool fp8 = false;
   int64_t b = 0, h = 0, hk = 0, d = 0, sq = 0, skv = 0;
   bool varlen = false;
   int mask = 0;
@@ -282,8 +286,8 @@ struct Shape {
     char buf[256];
     uint32_t sbits;
     std::memcpy(&sbits, &scale, 4);
-    std::snprintf(buf, sizeof(buf), "%d/%d/%lld/%lld/%lld/%lld/%lld/%lld/%d/%d/%08x", backward ? 1 : 0,
-                  static_cast<int>(io), (long long)b, (long long)h, (long long)hk, (long long)d, (long long)sq,
+    std::snprintf(buf, sizeof(buf), "%d/%d/%d/%d/%lld/%lld/%lld/%lld/%lld/%lld/%d/%d/%08x", backward ? 1 : 0,
+                  static_cast<int>(io), static_cast<int>(out), fp8 ? 1 : 0, (long long)b, (long long)h, (long long)hk, (long long)d, (long long)sq,
                   (long long)skv, varlen ? 1 : 0, mask, sbits);
     return buf;
   }
@@ -291,7 +295,8 @@ struct Shape {
 
 // Workspace pieces after cuDNN's own (each 256-byte aligned).
 struct Layout {
-  size_t seq_q = 0, seq_kv = 0, off_q = 0, off_kv = 0, off_stats = 0, stats = 0, soft_sum = 0, dq_acc = 0, total = 0;
+  size_t seq_q = 0, seq_kv = 0, off_q = 0, off_kv = 0, off_stats = 0, stats = 0, soft_sum = 0, dq_acc = 0, amax = 0,
+         total = 0;
 };
 
 Layout layout_for(const Plan &p, const Shape &s, int64_t tokens_q, bool need_stats_scratch) {
@@ -315,6 +320,7 @@ Layout layout_for(const Plan &p, const Shape &s, int64_t tokens_q, bool need_sta
     const int64_t n = s.varlen ? tokens_q * s.h : s.b * s.h * s.sq;
     l.stats = take(sizeof(float) * static_cast<size_t>(n));
   }
+  if (s.fp8) l.amax = take(2 * sizeof(float));
   if (s.backward) {
     l.soft_sum = take(sizeof(float) * static_cast<size_t>(s.b * s.h * s.sq));
     l.dq_acc = take(sizeof(float) * static_cast<size_t>(s.b * s.h * s.sq * s.d));
@@ -325,8 +331,8 @@ Layout layout_for(const Plan &p, const Shape &s, int64_t tokens_q, bool need_sta
 
 class CudnnSdpaImpl final : public CudnnSdpa {
  public:
-  CudnnSdpaImpl(std::unique_ptr<CudnnApi> api, cudnnHandle_t handle, int device)
-      : api_(std::move(api)), handle_(handle), device_(device), version_(api_->get_version()) {}
+  CudnnSdpaImpl(std::unique_ptr<CudnnApi> api, cudnnHandle_t handle, int device, int sm_major)
+      : api_(std::move(api)), handle_(handle), device_(device), sm_major_(sm_major), version_(api_->get_version()) {}
   ~CudnnSdpaImpl() override {
     plans_.clear();
     if (handle_) api_->destroy(handle_);
@@ -335,7 +341,8 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   bool supports_forward(const AttentionForwardArgs &a, size_t *ws) override {
     Shape s;
     if (!shape_of(a.dims, a.q, a.k, a.v, a.o, false, &s)) return false;
-    if (a.s_scale || a.s_scale_inv || a.s_amax) return false;
+    if (s.fp8 && (!a.s_scale || !a.s_scale_inv)) return false;
+    if (!s.fp8 && (a.s_scale || a.s_scale_inv || a.s_amax)) return false;
     Plan *p = plan_for(s);
     if (!p) return false;
     const bool stats_scratch = !s.varlen || a.lse == nullptr;
@@ -347,7 +354,7 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     if (a.dp_amax_only || a.d_o8.data || a.s_scale || a.dp_scale || a.dp_amax) return false;
     if (!a.lse) return false;
     Shape s;
-    if (!shape_of(a.dims, a.q, a.k, a.v, a.o, true, &s)) return false;
+    if (!shape_of(a.dims, a.q, a.k, a.v, a.o, true, &s) || s.fp8) return false;
     for (const TensorView *t : {&a.d_o, &a.dq, &a.dk, &a.dv})
       if (t->dtype != a.o.dtype || !aligned(t->data)) return false;
     Plan *p = plan_for(s);
@@ -375,8 +382,18 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     ptrs[kO] = a.o.data;
     float *stats = stats_scratch ? reinterpret_cast<float *>(w + l.stats) : a.lse;
     ptrs[kStats] = stats;
+    if (s.fp8) {
+      ptrs[kDescaleQ] = a.q.scale_inv;
+      ptrs[kDescaleK] = a.k.scale_inv;
+      ptrs[kDescaleV] = a.v.scale_inv;
+      ptrs[kSScale] = const_cast<float *>(a.s_scale);
+      ptrs[kSScaleInv] = const_cast<float *>(a.s_scale_inv);
+      ptrs[kAmaxS] = w + l.amax;
+      ptrs[kAmaxO] = w + l.amax + sizeof(float);
+    }
     fill_common(*p, w, l, ptrs);
     execute(*p, ptrs, workspace);
+    if (s.fp8 && a.s_amax) sdpa_max_merge(reinterpret_cast<const float *>(w + l.amax), a.s_amax, stream);
     const bool finish = s.varlen || a.lse || (s.mask == 2 && s.sq > s.skv);
     if (finish)
       sdpa_finish_forward(info, s.varlen ? nullptr : stats, a.lse, a.o.data, static_cast<int>(dtype_size(a.o.dtype)),
@@ -421,8 +438,23 @@ class CudnnSdpaImpl final : public CudnnSdpa {
 
   bool shape_of(const AttentionDims &d, const TensorView &q, const TensorView &k, const TensorView &v,
                 const TensorView &o, bool backward, Shape *s) const {
-    cudnnDataType_t io;
-    if (!to_cudnn(q.dtype, &io) || k.dtype != q.dtype || v.dtype != q.dtype || o.dtype != q.dtype) return false;
+    cudnnDataType_t io, out;
+    bool fp8 = false;
+    if (q.dtype == DType::E4M3 && k.dtype == DType::E4M3 && v.dtype == DType::E4M3 && to_cudnn(o.dtype, &out)) {
+      // FP8 forward (per-tensor scales): E4M3 q/k/v, high-precision o. cuDNN runs FP8 attention
+      // with an F16/BF16 O (and F16/BF16 gradients) only on Blackwell (sm_100+, cuDNN 9.13+); on
+      // Hopper its FP8 engines write O and dQ/dK/dV in FP8, which is not libte's contract, so
+      // FP8 stays with libte's kernels there. The FP8 backward also wants O in FP8 (D from it):
+      // always libte's kernels.
+      if (backward || sm_major_ < 10 || version_ < 91300) return false;
+      for (const TensorView *t : {&q, &k, &v})
+        if (!t->scale_inv || t->scaling != ScalingMode::PerTensor) return false;
+      io = CUDNN_DATA_FP8_E4M3;
+      fp8 = true;
+    } else {
+      if (!to_cudnn(q.dtype, &io) || k.dtype != q.dtype || v.dtype != q.dtype || o.dtype != q.dtype) return false;
+      out = io;
+    }
     for (const TensorView *t : {&q, &k, &v, &o}) {
       if (t->device.type != DeviceType::CUDA || !aligned(t->data)) return false;
     }
@@ -434,6 +466,8 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     if (!std::isfinite(d.softmax_scale)) return false;
     s->backward = backward;
     s->io = io;
+    s->out = out;
+    s->fp8 = fp8;
     s->b = d.batch;
     s->h = d.heads;
     s->hk = d.kv_heads;
@@ -554,11 +588,25 @@ class CudnnSdpaImpl final : public CudnnSdpa {
 
     if (!s.backward) {
       Tn v = gb.tensor(kV, io, vdim, vstr, false, false, rkv);
-      Tn o = gb.tensor(kO, io, qdim, qstr, false, false, rq);
+      Tn o = gb.tensor(kO, s.out, qdim, qstr, false, false, rq);
       Tn stats = gb.tensor(kStats, F, rdim, st_str, false, false, rst);
       Tn sc = gb.virt(F, sdim, sstr);
       gb.matmul(q, kt, sc, mq, mkv, nullptr);
       Tn x = gb.pw(CUDNN_POINTWISE_MUL, sc, &scale);
+      const Dims one4{1, 1, 1, 1};
+      Tn descale_v, s_scale, s_scale_inv, amax_s, amax_o, scale_o;
+      if (s.fp8) {
+        Tn descale_q = gb.tensor(kDescaleQ, F, one4, one4);
+        Tn descale_k = gb.tensor(kDescaleK, F, one4, one4);
+        descale_v = gb.tensor(kDescaleV, F, one4, one4);
+        s_scale = gb.tensor(kSScale, F, one4, one4);
+        s_scale_inv = gb.tensor(kSScaleInv, F, one4, one4);
+        amax_s = gb.tensor(kAmaxS, F, one4, one4);
+        amax_o = gb.tensor(kAmaxO, F, one4, one4);
+        scale_o = gb.scalar(kOne, F);
+        x = gb.pw(CUDNN_POINTWISE_MUL, x, &descale_q);
+        x = gb.pw(CUDNN_POINTWISE_MUL, x, &descale_k);
+      }
       if (p->padding) x = padding_mask(x);
       if (s.mask != 0) x = causal_mask(x);
       Tn mx = gb.virt(F, rdim, rstr);
@@ -569,9 +617,23 @@ class CudnnSdpaImpl final : public CudnnSdpa {
       gb.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
       Tn lg = gb.pw(CUDNN_POINTWISE_LOG, sum);
       gb.pointwise(CUDNN_POINTWISE_ADD, mx, &lg, nullptr, stats);
-      Tn pm = gb.virt(io, sdim, sstr);
-      gb.pointwise(CUDNN_POINTWISE_DIV, e, &sum, nullptr, pm);
-      gb.matmul(pm, v, o, mq, nullptr, mkv);
+      if (!s.fp8) {
+        Tn pm = gb.virt(io, sdim, sstr);
+        gb.pointwise(CUDNN_POINTWISE_DIV, e, &sum, nullptr, pm);
+        gb.matmul(pm, v, o, mq, nullptr, mkv);
+      } else {
+        // P (fp32) -> max P -> P * s_scale as E4M3 -> P8 V8 -> * s_scale_inv * v.scale_inv -> O.
+        Tn pf = gb.pw(CUDNN_POINTWISE_DIV, e, &sum);
+        gb.reduction(CUDNN_REDUCE_TENSOR_AMAX, pf, amax_s);
+        Tn p8 = gb.virt(io, sdim, sstr);
+        gb.pointwise(CUDNN_POINTWISE_MUL, pf, &s_scale, nullptr, p8);
+        Tn pv = gb.virt(F, qdim, {H * Sq * D, Sq * D, D, 1});
+        gb.matmul(p8, v, pv, mq, nullptr, mkv);
+        Tn o1 = gb.pw(CUDNN_POINTWISE_MUL, pv, &s_scale_inv);
+        Tn o2 = gb.pw(CUDNN_POINTWISE_MUL, o1, &descale_v);
+        gb.pointwise(CUDNN_POINTWISE_MUL, o2, &scale_o, nullptr, o);
+        gb.reduction(CUDNN_REDUCE_TENSOR_AMAX, o2, amax_o);
+      }
     } else {
       Tn vt = gb.tensor(kV, io, ktdim, ktstr, false, false, rkv);
       Tn o = gb.tensor(kO, io, qdim, qstr, false, false, rq);
@@ -672,6 +734,7 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   std::unique_ptr<CudnnApi> api_;
   cudnnHandle_t handle_ = nullptr;
   int device_ = 0;
+  int sm_major_ = 0;
   size_t version_ = 0;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
@@ -706,7 +769,7 @@ std::unique_ptr<CudnnSdpa> CudnnSdpa::create(int device, const char **why) {
     return say(e.what());
   }
   if (debug_enabled()) std::fprintf(stderr, "[te cudnn sdpa] cuDNN %zu loaded, device %d\n", version, device);
-  return std::make_unique<CudnnSdpaImpl>(std::move(api), handle, device);
+  return std::make_unique<CudnnSdpaImpl>(std::move(api), handle, device, prop.major);
 }
 
 }  // namespace te::cuda

@@ -103,7 +103,17 @@ __global__ void prepare_backward_stats_kernel(SdpaSeqInfo s, const float *lse, f
   }
 }
 
+__global__ void max_merge_kernel(const float *src, float *dst) {
+  const float a = *dst, b = *src;
+  *dst = (a != a || b != b) ? NAN : (b > a ? b : a);
+}
+
 }  // namespace
+
+void sdpa_max_merge(const float *src, float *dst, cudaStream_t stream) {
+  max_merge_kernel<<<1, 1, 0, stream>>>(src, dst);
+  TE_CUDA_CHECK(cudaGetLastError());
+}
 
 void sdpa_prepare_lengths(const SdpaSeqInfo &s, int32_t *seq_q, int32_t *seq_kv, int64_t *off_q, int64_t *off_kv,
                           int64_t *off_stats, cudaStream_t stream) {

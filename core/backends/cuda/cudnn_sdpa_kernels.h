@@ -33,4 +33,7 @@ void sdpa_finish_forward(const SdpaSeqInfo &s, const float *stats_bhs, float *ls
 // P = 0, no gradient), in [batch, heads, max_q] for fixed lengths, [tokens, heads] otherwise.
 void sdpa_prepare_backward_stats(const SdpaSeqInfo &s, const float *lse, float *stats, cudaStream_t stream);
 
+// *dst = max(*dst, *src) (NaN wins), one thread.
+void sdpa_max_merge(const float *src, float *dst, cudaStream_t stream);
+
 }  // namespace te::cuda
