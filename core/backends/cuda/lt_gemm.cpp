@@ -34,6 +34,7 @@ cudaDataType_t lt_type(DType t) {
     case DType::BF16: return CUDA_R_16BF;
     case DType::E4M3: return CUDA_R_8F_E4M3;
     case DType::E5M2: return CUDA_R_8F_E5M2;
+    case DType::I32: break;  // never a GEMM operand (te_gemm refuses it)
   }
   return CUDA_R_32F;
 }
