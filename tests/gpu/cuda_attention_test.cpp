@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -538,6 +539,50 @@ TEST_F(CudaAttention, Fp8AgainstCpu) {
 }
 
 
+// Offsets out of range (negative, decreasing, past the tokens, longer than max_seq): the kernels
+// clamp them, so the call computes something and never reads or writes out of bounds (run under
+// compute-sanitizer to see the accesses; here: no error, and the outputs outside the tensors'
+// padding are untouched).
+TEST_F(CudaAttention, BadOffsetsAreClamped) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (int64_t D : {64, 128}) {
+      const int64_t tq = 40, tkv = 24, H = 4, KV = 2;
+      const std::vector<int32_t> cuq = {0, 30, -7, 500, 12}, cukv = {3, -100, 24, 1000000, 2};
+      DeviceBuffer q(*gpu, to_bytes(std::vector<float>(tq * H * D, 0.5f), dt)),
+          k(*gpu, to_bytes(std::vector<float>(tkv * KV * D, 0.25f), dt)), v(*gpu, to_bytes(std::vector<float>(tkv * KV * D, 1.0f), dt)),
+          o(*gpu, tq * H * D * dtype_size(dt)), lse(*gpu, tq * H * 4), dO(*gpu, to_bytes(std::vector<float>(tq * H * D, 1.0f), dt)),
+          dq(*gpu, tq * H * D * dtype_size(dt)), dk(*gpu, tkv * KV * D * dtype_size(dt)), dv(*gpu, tkv * KV * D * dtype_size(dt)),
+          cq(*gpu, raw(cuq)), ck(*gpu, raw(cukv));
+      for (AttnMask m : kMasks) {
+        AttentionDims d;
+        d.batch = 4, d.heads = H, d.kv_heads = KV, d.head_dim = D, d.tokens_q = tq, d.tokens_kv = tkv;
+        d.max_seq_q = 16, d.max_seq_kv = 16, d.mask = m, d.softmax_scale = 0.125f;
+        d.cu_seqlens_q = static_cast<const int32_t *>(cq.get());
+        d.cu_seqlens_kv = static_cast<const int32_t *>(ck.get());
+        AttentionForwardArgs f;
+        f.dims = d;
+        f.q = view3(q.get(), dt, kGpu, tq, H, D);
+        f.k = view3(k.get(), dt, kGpu, tkv, KV, D);
+        f.v = view3(v.get(), dt, kGpu, tkv, KV, D);
+        f.o = view3(o.get(), dt, kGpu, tq, H, D);
+        f.lse = lse.floats();
+        EXPECT_NO_THROW(gpu->attention_forward(f));
+        AttentionBackwardArgs b;
+        b.dims = d, b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.lse = f.lse;
+        b.d_o = view3(dO.get(), dt, kGpu, tq, H, D);
+        b.dq = view3(dq.get(), dt, kGpu, tq, H, D);
+        b.dk = view3(dk.get(), dt, kGpu, tkv, KV, D);
+        b.dv = view3(dv.get(), dt, kGpu, tkv, KV, D);
+        EXPECT_NO_THROW(gpu->attention_backward(b));
+        EXPECT_NO_THROW(gpu->synchronize());
+        // Every row of O is either a sequence's output (values in [0, 1] for v = 1: exactly 1 or 0)
+        // or zero.
+        for (float x : from_bytes(o.read<uint8_t>(), dt)) EXPECT_TRUE(x == 0.0f || std::fabs(x - 1.0f) < 1e-2f) << x;
+      }
+    }
+  }
+}
+
 // Speed of the benchmark shape (run with --gtest_also_run_disabled_tests): causal, batch 4,
 // 32 heads, 8 kv heads, head_dim 128, BF16; TE_ATTN_BENCH_SEQ picks the length (4096).
 TEST_F(CudaAttention, DISABLED_Benchmark) {
@@ -593,6 +638,30 @@ TEST_F(CudaAttention, DISABLED_Benchmark) {
     return ms / iters;
   };
   const float fwd_ms = time_it(false), all_ms = time_it(true);
+  {  // FP8 forward (E4M3 q / k / v codes of the same values, BF16 o)
+    auto q8v = [&](const DeviceBuffer &src, int64_t n) {
+      std::vector<float> x = from_bytes(src.read<uint8_t>(), DType::BF16);
+      std::vector<uint8_t> c(static_cast<size_t>(n));
+      for (size_t i = 0; i < c.size(); ++i) c[i] = float_to_e4m3(x[i] * 64.0f);
+      return c;
+    };
+    DeviceBuffer q8(*gpu, q8v(q, nq)), k8(*gpu, q8v(k, nkv)), v8(*gpu, q8v(v, nkv));
+    DeviceBuffer si(*gpu, raw(std::vector<float>{1.0f / 64})), ss(*gpu, raw(std::vector<float>{448.0f})),
+        ssi(*gpu, raw(std::vector<float>{1.0f / 448})), am(*gpu, raw(std::vector<float>{0.0f}));
+    AttentionForwardArgs f8 = f;
+    f8.q = view3(q8.get(), DType::E4M3, kGpu, B * S, H, D);
+    f8.k = view3(k8.get(), DType::E4M3, kGpu, B * S, KV, D);
+    f8.v = view3(v8.get(), DType::E4M3, kGpu, B * S, KV, D);
+    f8.q.scale_inv = f8.k.scale_inv = f8.v.scale_inv = si.floats();
+    f8.s_scale = ss.floats(), f8.s_scale_inv = ssi.floats(), f8.s_amax = am.floats();
+    for (int w = 0; w < 2; ++w) gpu->attention_forward(f8);
+    gpu->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) gpu->attention_forward(f8);
+    gpu->synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
+    std::printf("attention bench fp8 forward (e4m3 q/k/v, bf16 o): %.3f ms %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+  }
   std::printf("attention bench causal b%lld s%lld h%lld kv%lld d%lld bf16: fwd %.3f ms %.1f TFLOP/s; fwd+bwd %.3f ms %.1f TFLOP/s (bwd %.3f ms %.1f TFLOP/s)\n",
               (long long)B, (long long)S, (long long)H, (long long)KV, (long long)D, fwd_ms, flops / fwd_ms * 1e-9, all_ms,
               3.5 * flops / all_ms * 1e-9, all_ms - fwd_ms, 2.5 * flops / (all_ms - fwd_ms) * 1e-9);
@@ -639,8 +708,8 @@ TEST_F(CudaRope, BitIdenticalToCpu) {
         for (int inv = 0; inv < 2; ++inv) {
           for (int alias = 0; alias < 2; ++alias) {
             const int64_t heads = 3, head_dim = 40, rot_dim = inter ? 32 : 24;
-            std::vector<int32_t> cu = {0, 5, 5, 22, 40};
-            const int64_t tokens = layout == 0 ? 2 * 20 : cu.back(), seq_len = 20, positions = 30;
+            std::vector<int32_t> cu = {2, 5, 5, 22, 38};  // tokens 0, 1, 38, 39 belong to no sequence
+            const int64_t tokens = 40, seq_len = 20, positions = 30;
             std::mt19937 rng(seed++);
             std::normal_distribution<float> normal(0.0f, 1.0f);
             std::uniform_real_distribution<float> uni(-100.0f, 100.0f);

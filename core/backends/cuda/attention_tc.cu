@@ -322,6 +322,338 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_kernel(TcFwdParams p) {
   }
 }
 
+// ---- FP8 forward ---------------------------------------------------------------------------
+// q, k, v E4M3 (sm_89+ mma.sync m16n8k32 e4m3 for S = Q K^T), head_dim 64 or 128, o BF16 / F16.
+// numerics/attention.h quantizes the normalised P, so the CTA makes two passes over its key
+// tiles: the first takes the row max and sum (LSE), the second recomputes S, forms
+// P = exp(S - LSE), max-accumulates it into s_amax, rounds P * s_scale to E4M3 and accumulates
+// P8 V8 with an f16 mma.sync (E4M3 values are exact in f16, so the products are the codes'
+// exact products, accumulated in fp32), V's codes converted to an f16 tile in shared memory.
+// 4 warps of two 16-row m-tiles (128 queries), 64-key tiles; K tiles double buffered (cp.async).
+struct TcFp8Params {
+  const uint8_t *q, *k, *v;
+  void *o;
+  float *lse;
+  int64_t heads, kv_heads, tokens_q, tokens_kv, max_q, max_kv;
+  const int32_t *cu_q, *cu_kv;
+  int mask;
+  float softmax_scale;
+  const float *q_si, *k_si, *v_si, *s_scale, *s_scale_inv;
+  float *s_amax;
+  int tiles;
+};
+
+// Byte offset of 16-byte chunk c of row r in a swizzled [rows][D] 8-bit tile (D = 64 or 128):
+// 8 consecutive rows at one chunk fall in 8 different 16-byte bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t swz8(int r, int c) {
+  if constexpr (D == 128) return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+  else return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
+
+template <int D>
+__device__ __forceinline__ void load_rows8_async(uint32_t dst, const uint8_t *src, int rows, int64_t row0, int valid,
+                                                 int64_t head, int64_t nh) {
+  constexpr int kChunks = D / 16;
+  for (int e = threadIdx.x; e < rows * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e - r * kChunks;
+    const bool ok = r < valid;
+    const uint8_t *g = ok ? src + ((row0 + r) * nh + head) * D + c * 16 : src;
+    cp_async16(dst + swz8<D>(r, c), g, ok ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ void mma_e4m3(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two E4M3 codes (low byte first) -> their f16 values, exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t codes) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(codes));
+  return r;
+}
+
+// Two floats -> E4M3 (round to nearest, saturating) -> f16 values (the P8 operand).
+__device__ __forceinline__ uint32_t p8_pair(float lo, float hi) {
+  uint16_t c;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(c) : "f"(lo), "f"(hi));
+  return e4m3x2_to_f16x2(c);
+}
+
+template <int D>
+__device__ __forceinline__ void fp8_scores(float (&sc)[kFwdMT][kTcBK / 8][4], uint32_t sQ, uint32_t sK, int warp,
+                                           int lane) {
+#pragma unroll
+  for (int m = 0; m < kFwdMT; ++m)
+#pragma unroll
+    for (int n = 0; n < kTcBK / 8; ++n) sc[m][n][0] = sc[m][n][1] = sc[m][n][2] = sc[m][n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+    const int mi = lane >> 3;
+    uint32_t qa[kFwdMT][4];
+#pragma unroll
+    for (int m = 0; m < kFwdMT; ++m) {
+      const int r = warp * 16 * kFwdMT + m * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
+      ldmatrix_x4(sQ + swz8<D>(r, c), qa[m][0], qa[m][1], qa[m][2], qa[m][3]);
+    }
+#pragma unroll
+    for (int np = 0; np < kTcBK / 16; ++np) {
+      const int r = np * 16 + (mi >> 1) * 8 + (lane & 7), c = kk * 2 + (mi & 1);
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(sK + swz8<D>(r, c), b0, b1, b2, b3);
+#pragma unroll
+      for (int m = 0; m < kFwdMT; ++m) {
+        mma_e4m3(sc[m][2 * np], qa[m], b0, b1);
+        mma_e4m3(sc[m][2 * np + 1], qa[m], b2, b3);
+      }
+    }
+  }
+}
+
+template <int D, bool kOutBf16>
+__global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
+  extern __shared__ __align__(128) uint8_t tc_smem[];
+  constexpr int MT = kFwdMT, BK = kTcBK;
+  constexpr int kQ = MT * 64 * D, kK = BK * D;  // bytes (8-bit tiles)
+  const uint32_t sQ = smem_u32(tc_smem), sK0 = sQ + kQ, sV = sK0 + 2 * kK;  // Q, K0, K1, V (f16)
+  uint8_t *vtile = tc_smem + kQ + 2 * kK;
+  __shared__ uint32_t red[32];
+  const int64_t h = blockIdx.x, b = blockIdx.z;
+  const int tile = p.tiles - 1 - static_cast<int>(blockIdx.y);
+  const TcSeq s = tc_seq(p, b);
+  const int64_t q0 = static_cast<int64_t>(tile) * kFwdBQ;
+  if (q0 >= s.sq) return;  // uniform over the CTA
+  const int nq = static_cast<int>(std::min<int64_t>(kFwdBQ, s.sq - q0));
+  const int64_t g = h / (p.heads / p.kv_heads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t kv_end = tc_key_end(p.mask, q0 + nq - 1, s.sq, s.skv);
+  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  constexpr float kLog2e = 1.4426950408889634f;
+  // S in the log2 domain: dot * (q.si * k.si) * scale * log2(e).
+  const float f = ((*p.q_si * *p.k_si) * p.softmax_scale) * kLog2e;
+  const float s_scale = *p.s_scale;
+
+  int end_r[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      end_r[m][u] = r < nq ? static_cast<int>(tc_key_end(p.mask, q0 + r, s.sq, s.skv)) : 0;
+    }
+  const int64_t all_end = tc_key_end(p.mask, q0, s.sq, s.skv);
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
+
+  load_rows8_async<D>(sQ, p.q, 64 * MT, s.qs + q0, nq, h, p.heads);
+  // Pass 1: row max and sum.
+  for (int t = 0; t < n_tiles; ++t) {
+    if (t == 0) {
+      load_rows8_async<D>(sK0, p.k, BK, s.ks, static_cast<int>(std::min<int64_t>(BK, s.skv)), g, p.kv_heads);
+      cp_async_commit();
+    }
+    const int buf = t & 1;
+    if (t + 1 < n_tiles) {
+      const int64_t k0n = static_cast<int64_t>(t + 1) * BK;
+      load_rows8_async<D>(sK0 + (buf ^ 1) * kK, p.k, BK, s.ks + k0n, static_cast<int>(std::min<int64_t>(BK, s.skv - k0n)), g,
+                          p.kv_heads);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t k0 = static_cast<int64_t>(t) * BK;
+    float sc[MT][BK / 8][4];
+    fp8_scores<D>(sc, sQ, sK0 + buf * kK, warp, lane);
+    const bool need_mask = k0 + BK > all_end || k0 + BK > s.skv;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = sc[m][n][e] * f;
+          if (need_mask && static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1) >= end_r[m][e >> 1]) x = -INFINITY;
+          sc[m][n][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      float mu[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xFFFFFFFFu, mx[u], 1));
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xFFFFFFFFu, mx[u], 2));
+        const float mn = fmaxf(mrow[m][u], mx[u]);
+        mu[u] = mn == -INFINITY ? 0.0f : mn;
+        lrow[m][u] *= exp2f(mrow[m][u] - mu[u]);
+        mrow[m][u] = mn;
+      }
+#pragma unroll
+      for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e >> 1] += exp2f(sc[m][n][e] - mu[e >> 1]);
+      lrow[m][0] += sum[0];
+      lrow[m][1] += sum[1];
+    }
+    __syncthreads();
+  }
+  // LSE (log2 domain) of every row this thread holds.
+  float lse2[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      float l = lrow[m][u];
+      l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+      l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+      lse2[m][u] = l > 0.0f ? mrow[m][u] + log2f(l) : -INFINITY;
+      lrow[m][u] = l;
+    }
+  // Pass 2: P, P8, O.
+  float o[MT][D / 8][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
+  float pmax = 0.0f;
+  for (int t = 0; t < n_tiles; ++t) {
+    const int64_t k0 = static_cast<int64_t>(t) * BK;
+    const int nk = static_cast<int>(std::min<int64_t>(BK, s.skv - k0));
+    load_rows8_async<D>(sK0, p.k, BK, s.ks + k0, nk, g, p.kv_heads);
+    cp_async_commit();
+    // V's codes -> f16 tile (swizzled like the 16-bit tiles), 16 codes per step.
+    for (int e = tid; e < BK * (D / 16); e += kTcThreads) {
+      const int r = e / (D / 16), c16 = e - r * (D / 16);
+      uint4 w = make_uint4(0, 0, 0, 0);
+      if (r < nk) w = *reinterpret_cast<const uint4 *>(p.v + ((s.ks + k0 + r) * p.kv_heads + g) * D + c16 * 16);
+      const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+      uint32_t hv[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        hv[2 * i] = e4m3x2_to_f16x2(static_cast<uint16_t>(ws[i] & 0xFFFFu));
+        hv[2 * i + 1] = e4m3x2_to_f16x2(static_cast<uint16_t>(ws[i] >> 16));
+      }
+      *reinterpret_cast<uint4 *>(vtile + swz<D>(r, 2 * c16)) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+      *reinterpret_cast<uint4 *>(vtile + swz<D>(r, 2 * c16 + 1)) = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    float sc[MT][BK / 8][4];
+    fp8_scores<D>(sc, sQ, sK0, warp, lane);
+    const bool need_mask = k0 + BK > all_end || k0 + BK > s.skv;
+    uint32_t pf[MT][BK / 16][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int n = 0; n < BK / 8; ++n) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool vis = !need_mask || static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1) < end_r[m][e >> 1];
+          pv[e] = vis ? exp2f(sc[m][n][e] * f - lse2[m][e >> 1]) : 0.0f;
+          pmax = fmaxf(pmax, pv[e]);
+        }
+        pf[m][n >> 1][(n & 1) * 2 + 0] = p8_pair(pv[0] * s_scale, pv[1] * s_scale);
+        pf[m][n >> 1][(n & 1) * 2 + 1] = p8_pair(pv[2] * s_scale, pv[3] * s_scale);
+      }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int mi = lane >> 3;
+        const int r = kk * 16 + (mi & 1) * 8 + (lane & 7), c = dp * 2 + (mi >> 1);
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(sV + swz<D>(r, c), b0, b1, b2, b3);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816<false>(o[m][2 * dp], pf[m][kk], b0, b1);
+          mma16816<false>(o[m][2 * dp + 1], pf[m][kk], b2, b3);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (p.s_amax != nullptr) {
+    uint32_t bits = __float_as_uint(pmax);
+    bits = __reduce_max_sync(0xFFFFFFFFu, bits);
+    if (lane == 0) red[warp] = bits;
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t mx = 0;
+      for (int w = 0; w < kTcThreads / 32; ++w) mx = std::max(mx, red[w]);
+      atomicMax(reinterpret_cast<int *>(p.s_amax), static_cast<int>(mx > 0x7F800000u ? 0x7FC00000u : mx));
+    }
+  }
+  const float post = *p.s_scale_inv * *p.v_si;
+  constexpr float kLn2 = 0.69314718055994530942f;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int r = warp * 16 * MT + m * 16 + (lane >> 2) + u * 8;
+      if (r >= nq) continue;
+      const bool none = !(lrow[m][u] > 0.0f);
+      const int64_t i = s.qs + q0 + r;
+      uint16_t *orow = static_cast<uint16_t *>(p.o) + (i * p.heads + h) * D + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        const float x0 = none ? 0.0f : o[m][d][2 * u] * post, x1 = none ? 0.0f : o[m][d][2 * u + 1] * post;
+        *reinterpret_cast<uint32_t *>(orow + d * 8) = pack2<kOutBf16>(x0, x1);
+      }
+      if ((lane & 3) == 0) p.lse[i * p.heads + h] = none ? -INFINITY : lse2[m][u] * kLn2;
+    }
+}
+
+template <int D, bool kOutBf16>
+void launch_fwd_fp8(const TcFp8Params &p, int64_t batch, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kFwdMT * 64 * D + 2 * kTcBK * D + kTcBK * D * 2);
+  auto kernel = tc_fwd_fp8_kernel<D, kOutBf16>;
+  TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
+  kernel<<<grid, kTcThreads, smem, stream>>>(p);
+  TE_CUDA_CHECK_LAUNCH();
+}
+
+bool tc_forward_fp8(const AttentionForwardArgs &args, cudaStream_t stream) {
+  const AttentionDims &d = args.dims;
+  if (args.q.dtype != DType::E4M3 || args.k.dtype != DType::E4M3 || args.v.dtype != DType::E4M3) return false;
+  if (args.o.dtype != DType::BF16 && args.o.dtype != DType::F16) return false;
+  if (d.head_dim != 64 && d.head_dim != 128) return false;
+  for (const void *ptr : {args.q.data, args.k.data, args.v.data, args.o.data})
+    if ((reinterpret_cast<uintptr_t>(ptr) & 15u) != 0) return false;
+  int dev = 0, major = 0, minor = 0;
+  TE_CUDA_CHECK(cudaGetDevice(&dev));
+  TE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major * 10 + minor < 89) return false;
+  const int64_t tiles = (d.max_seq_q + kFwdBQ - 1) / kFwdBQ;
+  if (tiles <= 0 || d.batch <= 0) return true;
+  if (tiles >= 65536 || d.batch >= 65536) return false;
+  TcFp8Params p;
+  p.q = static_cast<const uint8_t *>(args.q.data);
+  p.k = static_cast<const uint8_t *>(args.k.data);
+  p.v = static_cast<const uint8_t *>(args.v.data);
+  p.o = args.o.data;
+  p.lse = args.lse;
+  p.heads = d.heads, p.kv_heads = d.kv_heads, p.tokens_q = d.tokens_q, p.tokens_kv = d.tokens_kv;
+  p.max_q = d.max_seq_q, p.max_kv = d.max_seq_kv;
+  p.cu_q = d.cu_seqlens_q, p.cu_kv = d.cu_seqlens_kv;
+  p.mask = static_cast<int>(d.mask);
+  p.softmax_scale = d.softmax_scale;
+  p.q_si = args.q.scale_inv, p.k_si = args.k.scale_inv, p.v_si = args.v.scale_inv;
+  p.s_scale = args.s_scale, p.s_scale_inv = args.s_scale_inv, p.s_amax = args.s_amax;
+  p.tiles = static_cast<int>(tiles);
+  const bool bf = args.o.dtype == DType::BF16;
+  if (d.head_dim == 64) bf ? launch_fwd_fp8<64, true>(p, d.batch, stream) : launch_fwd_fp8<64, false>(p, d.batch, stream);
+  else bf ? launch_fwd_fp8<128, true>(p, d.batch, stream) : launch_fwd_fp8<128, false>(p, d.batch, stream);
+  return true;
+}
+
 // ---- backward ------------------------------------------------------------------------------
 // dK / dV: one CTA of 4 warps per (64-key tile, kv head, sequence); warp w owns keys 16w..16w+15
 // and computes, for every query head of the group and every 32-query tile that sees the keys,
@@ -679,6 +1011,7 @@ void launch_fwd(const TcFwdParams &p, int64_t batch, cudaStream_t stream) {
 bool attention_tc_forward(const AttentionForwardArgs &args, cudaStream_t stream) {
   const AttentionDims &d = args.dims;
   const DType t = args.q.dtype;
+  if (t == DType::E4M3) return tc_forward_fp8(args, stream);
   if (t != DType::BF16 && t != DType::F16) return false;
   if (args.k.dtype != t || args.v.dtype != t || args.o.dtype != t) return false;
   if (d.head_dim != 64 && d.head_dim != 128) return false;

@@ -27,13 +27,14 @@ struct RopeParams {
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // The position of token t: BSHD t % seq_len; THD t - start of the sequence holding t (offsets
-// clamped into [0, tokens] and made non-decreasing; a token past the last offset counts from
-// the last sequence's start).
+// clamped into [0, tokens]); -1 for a token outside every sequence (before the first offset or
+// at / after the last), which is left as it is, as on the CPU.
 __device__ __forceinline__ int64_t rope_position(const RopeParams &p, int64_t t) {
   if (p.cu == nullptr) return p.seq_len > 0 ? t % p.seq_len : 0;
+  if (p.batch <= 0) return -1;
+  if (t < clamp64(p.cu[0], 0, p.tokens) || t >= clamp64(p.cu[p.batch], 0, p.tokens)) return -1;
   // Binary search for the last b in [0, batch) with start(b) <= t.
   int64_t lo = 0, hi = p.batch - 1, start = 0;
-  if (p.batch <= 0) return 0;
   while (lo <= hi) {
     const int64_t mid = (lo + hi) >> 1;
     int64_t s = clamp64(p.cu[mid], 0, p.tokens);
@@ -56,14 +57,15 @@ __global__ void rope_kernel_impl(RopeParams p) {
     const int64_t th = idx / per_head;  // token * heads + head
     const int64_t t = th / p.heads;
     const int64_t base = th * p.head_dim;
+    const int64_t pos0 = rope_position(p, t);
+    if (pos0 < 0) continue;
     if (item >= p.half) {  // a copied feature
       const int64_t d = 2 * p.half + (item - p.half);
       dev_store_from_float(p.y, p.yt, base + d, dev_load_as_float(p.x, p.xt, base + d));
       continue;
     }
     const int64_t k = item;
-    int64_t pos = rope_position(p, t);
-    pos = clamp64(pos, 0, p.positions - 1);
+    const int64_t pos = clamp64(pos0, 0, p.positions - 1);
     const float angle = p.freqs[pos * p.half + k];
     const double a = static_cast<double>(angle);
     const float c = static_cast<float>(cos(a));
