@@ -374,6 +374,32 @@ void check_fp8(te_context *ctx, te_recipe_kind kind, te_attn_mask mask) {
 TEST_F(AttentionTest, Fp8DelayedScalingWithinFp8Error) {
   check_fp8(ctx_, TE_RECIPE_DELAYED_SCALING, TE_ATTN_MASK_CAUSAL);
 }
+// The very first FP8 forward of a fresh module records its amaxes (the states get their amax
+// slots at that forward's commit).
+TEST_F(AttentionTest, Fp8FirstForwardRecordsAmaxes) {
+  Shape s;
+  Problem p(s, TE_DTYPE_BF16, TE_ATTN_MASK_CAUSAL, 43);
+  AttnPtr m = make_attention(ctx_, p.options(1));
+  RecipePtr recipe = make_recipe(TE_RECIPE_DELAYED_SCALING);
+  AutocastScope scope(ctx_, recipe.get());
+  HostTensor o = make_tensor(p.dt, qshape(s, s.heads));
+  te_attention_forward_args a = p.args();
+  te_attention_backward_ctx *bwd = nullptr;
+  ASSERT_TE_OK(te_attention_forward(ctx_, m.get(), &a, o.get(), &bwd));
+  AttnBwdPtr owned(bwd);
+  double qmax = 0;
+  for (double x : p.q.values()) qmax = std::max(qmax, std::fabs(x));
+  te_scaling_state_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  float hist[2] = {};
+  ASSERT_TE_OK(te_attention_get_scaling_state(ctx_, m.get(), TE_ATTN_Q, &info, hist, 2));
+  EXPECT_EQ(hist[0], static_cast<float>(qmax));
+  ASSERT_TE_OK(te_attention_get_scaling_state(ctx_, m.get(), TE_ATTN_S, &info, hist, 2));
+  EXPECT_GT(hist[0], 0.0f);
+  EXPECT_LE(hist[0], 1.0f);
+}
+
 TEST_F(AttentionTest, Fp8CurrentScalingWithinFp8Error) {
   check_fp8(ctx_, TE_RECIPE_CURRENT_SCALING, TE_ATTN_MASK_NONE);
 }

@@ -160,7 +160,6 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
       s->v = s->v8.row;
       fa.s_scale = s->s_scale.floats();
       fa.s_scale_inv = s->s_scale.floats() + 1;
-      if (delayed) fa.s_amax = A.state(AttnTensor::S).amax();
     } else {
       s->q = in.q;
       s->k = in.k;
@@ -191,6 +190,8 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
                            ro.amax_epsilon);
       }
       be.copy(s->s_scale.get(), S.scale(), 2 * sizeof(float));  // scale and scale_inv sit side by side
+      // Only now: commit() gives a state used for the first time its amax slot.
+      if (delayed) fa.s_amax = S.amax();
     }
     be.attention_forward(fa);
     if (delayed)
