@@ -115,20 +115,29 @@ _offsets_view(x) = x === nothing ? nothing :
     (x isa TensorView ? x : x isa DenseVector{Int32} ? TensorView(x) :
      throw(ArgumentError("sequence offsets must be a Vector{Int32} (batch + 1 entries), got $(typeof(x))")))
 
-# Runs `call(args, ro)` with the te_attention_forward_args of the views (rooted throughout); `o`
-# may be nothing (residuals_size).
+# The te_tensor structs of `views` (each a TensorView or nothing) in one heap array, and
+# `ptr(i)`, the pointer to the i-th (NULL for nothing). Pointers into a Vector stay valid while
+# it is rooted; a pointer to a `Ref` that the compiler may place on the stack does not always
+# (seen with Julia 1.5 for structs pointed to from another struct), hence no `_ptr(Ref(...))` here.
+function _tensor_structs(views)
+    ts = te_tensor[v === nothing ? zeroed(te_tensor) : v.t for v in views]
+    ptr(i) = views[i] === nothing ? Ptr{te_tensor}(C_NULL) : pointer(ts, i)
+    return ts, ptr
+end
+
+# Runs `call(args, ro)` with the te_attention_forward_args of the views (rooted throughout) and
+# `ro`, o's te_tensor as a Ref for the ccall (or nothing when `o` is: residuals_size).
 function _attn_call(call, o, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
     (cu_seqlens_q === nothing) == (cu_seqlens_kv === nothing) ||
         throw(ArgumentError("THD needs both cu_seqlens_q and cu_seqlens_kv (BSHD: neither)"))
-    vs = _views(o, q, k, v)
-    cq, ckv = _offsets_view(cu_seqlens_q), _offsets_view(cu_seqlens_kv)
-    ro, rq, rk, rv = _refs(vs)
-    rcq, rckv = _ref_or_null(cq), _ref_or_null(ckv)
-    GC.@preserve vs cq ckv ro rq rk rv rcq rckv begin
+    ov = _view_or_null(o)
+    vs = (TensorView(q), TensorView(k), TensorView(v), _offsets_view(cu_seqlens_q), _offsets_view(cu_seqlens_kv))
+    ts, ptr = _tensor_structs(vs)
+    ro = ov === nothing ? nothing : Ref(ov.t)
+    GC.@preserve ov vs ts ro begin
         args = with(initialized(te_attention_forward_args_init, te_attention_forward_args);
-                    q = _ptr(rq), k = _ptr(rk), v = _ptr(rv), cu_seqlens_q = _ptr(rcq),
-                    cu_seqlens_kv = _ptr(rckv), max_seqlen_q = Int64(max_seqlen_q),
-                    max_seqlen_kv = Int64(max_seqlen_kv))
+                    q = ptr(1), k = ptr(2), v = ptr(3), cu_seqlens_q = ptr(4), cu_seqlens_kv = ptr(5),
+                    max_seqlen_q = Int64(max_seqlen_q), max_seqlen_kv = Int64(max_seqlen_kv))
         return call(Ref(args), ro)
     end
 end
@@ -204,11 +213,10 @@ end
 
 # Runs `call(grads)` with the te_attention_grads of the views (rooted throughout).
 function _attn_grads_call(call, dq, dk, dv)
-    vs = _views(dq, dk, dv)
-    rdq, rdk, rdv = _refs(vs)
-    GC.@preserve vs rdq rdk rdv begin
-        grads = with(initialized(te_attention_grads_init, te_attention_grads);
-                     dq = _ptr(rdq), dk = _ptr(rdk), dv = _ptr(rdv))
+    vs = (_view_or_null(dq), _view_or_null(dk), _view_or_null(dv))
+    ts, ptr = _tensor_structs(vs)
+    GC.@preserve vs ts begin
+        grads = with(initialized(te_attention_grads_init, te_attention_grads); dq = ptr(1), dk = ptr(2), dv = ptr(3))
         return call(Ref(grads))
     end
 end
@@ -345,10 +353,11 @@ function _rope(f, y, ctx::Context, x, freqs, cu_seqlens, rot_dim, interleaved)
     ry = Ref(yv.t)
     # In place (y === x): one struct for both, as te.h allows.
     rx = y === x ? ry : Ref(xv.t)
-    rf, rc = Ref(fv.t), _ref_or_null(cv)
+    rf = Ref(fv.t)
+    rc = cv === nothing ? Ptr{te_tensor}(C_NULL) : Ref(cv.t)  # a Ref passed to ccall is rooted by it
     _with(ctx) do
         GC.@preserve yv xv fv cv ry rx rf rc begin
-            check(f(ctx, Ref(opts), rx, rf, _ptr(rc), ry))
+            check(f(ctx, Ref(opts), rx, rf, rc, ry))
         end
     end
     return y

@@ -1009,6 +1009,8 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         # q, dO: d × H × Tq; k, v: d × G × Tkv; seqs: (first query row, queries, first key row,
         # keys), 0-based rows. Returns O, dQ, dK, dV.
         function attn_ref(q, k, v, dO, seqs, mask, scale)
+            # (a closure in the testset's scope: without `local` these would rebind its variables)
+            local d, H, G, grp, o, dq, dk, dv, g, js, qi, doi, s, p, dp, D, j, ds
             d, H, _ = size(q)
             G = size(k, 2)
             grp = H ÷ G
