@@ -109,7 +109,13 @@ Cmp compare(const std::vector<float> &ref, const std::vector<float> &got, double
                          << " max |ref| " << c_.max_ref;                                                          \
   } while (0)
 
-void run_case(Backend &cpu, Backend &gpu, const Case &k, uint32_t seed) {
+bool declined(int i, const std::exception &e, bool allow_decline, const Case &k) {
+  if (i != 1 || !allow_decline || std::string(e.what()).find("cannot run this call") == std::string::npos) return false;
+  std::printf("[ note ] %s: cuDNN declines: %s\n", k.name().c_str(), e.what());
+  return true;
+}
+
+void run_case(Backend &cpu, Backend &gpu, const Case &k, uint32_t seed, bool allow_decline = false) {
   const bool thd = !k.lens_q.empty();
   std::vector<int32_t> cu_q(1, 0), cu_kv(1, 0);
   int64_t tq, tkv;
@@ -173,6 +179,7 @@ void run_case(Backend &cpu, Backend &gpu, const Case &k, uint32_t seed) {
     try {
       be[i]->attention_forward(a);
     } catch (const std::exception &e) {
+      if (declined(i, e, allow_decline, k)) return;
       ADD_FAILURE() << k.name() << (i ? " gpu" : " cpu") << " forward threw: " << e.what();
       return;
     }
@@ -236,6 +243,7 @@ void run_case(Backend &cpu, Backend &gpu, const Case &k, uint32_t seed) {
     try {
       be[i]->attention_backward(a);
     } catch (const std::exception &e) {
+      if (declined(i, e, allow_decline, k)) return;
       ADD_FAILURE() << k.name() << (i ? " gpu" : " cpu") << " backward threw: " << e.what();
       return;
     }
@@ -420,6 +428,18 @@ TEST_F(CudnnAttentionTest, CudnnFp8Forward) {
     }
 }
 
+// Head dims beyond 64 and 128: where cuDNN takes them they must be right; where it declines,
+// libte's kernels run them (a note is printed).
+TEST_F(CudnnAttentionTest, CudnnOtherHeadDims) {
+  uint32_t seed = 5000;
+  for (int64_t d : {32, 80, 96, 192, 256}) {
+    Case c;
+    c.head_dim = d;
+    c.mask = AttnMask::Causal;
+    run_case(*cpu, *gpu, c, seed += 7, true);
+  }
+}
+
 // A second call of a shape reuses its plan; outputs of two runs are the same bytes (forward).
 TEST_F(CudnnAttentionTest, CudnnRepeatable) {
   Case k;
@@ -428,6 +448,103 @@ TEST_F(CudnnAttentionTest, CudnnRepeatable) {
   k.mask = AttnMask::Causal;
   run_case(*cpu, *gpu, k, 5);
   run_case(*cpu, *gpu, k, 5);
+}
+
+// Forward + backward (THD, bottom-right causal, GQA) captured in a CUDA graph and replayed give
+// what the eager calls give: after the first call of a shape (the plan is built then) nothing
+// synchronises the host or allocates outside stream order. O and LSE bit for bit; dQ is
+// accumulated with atomics in cuDNN, so gradients within fp32-rounding noise.
+TEST_F(CudnnAttentionTest, CudnnCudaGraphCapture) {
+  const int64_t B = 3, H = 8, HK = 2, D = 128, SQ = 300, SKV = 300;
+  const std::vector<int32_t> cu_q{0, 100, 400, 650}, cu_kv{0, 300, 420, 700};
+  const int64_t TQ = cu_q.back(), TKV = cu_kv.back();
+  const DType dt = DType::BF16;
+  Backend &g = *gpu;
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  g.set_stream(st);
+  auto bytes_of = [](const std::vector<int32_t> &v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  DeviceBuffer cq(g, bytes_of(cu_q)), ckv(g, bytes_of(cu_kv));
+  DeviceBuffer q(g, to_bytes(randn(TQ * H * D, 11, 1.0f), dt)), k(g, to_bytes(randn(TKV * HK * D, 12, 1.0f), dt)),
+      v(g, to_bytes(randn(TKV * HK * D, 13, 1.0f), dt)), d_o(g, to_bytes(randn(TQ * H * D, 14, 1.0f), dt));
+  DeviceBuffer o(g, TQ * H * D * 2), lse(g, TQ * H * 4), dq(g, TQ * H * D * 2), dk(g, TKV * HK * D * 2),
+      dv(g, TKV * HK * D * 2);
+  const Device dev{DeviceType::CUDA, 0};
+  AttentionDims d;
+  d.batch = B;
+  d.heads = H;
+  d.kv_heads = HK;
+  d.head_dim = D;
+  d.tokens_q = TQ;
+  d.tokens_kv = TKV;
+  d.max_seq_q = SQ;
+  d.max_seq_kv = SKV;
+  d.cu_seqlens_q = static_cast<const int32_t *>(cq.get());
+  d.cu_seqlens_kv = static_cast<const int32_t *>(ckv.get());
+  d.mask = AttnMask::CausalBottomRight;
+  d.softmax_scale = 0.088f;
+  AttentionForwardArgs f;
+  f.dims = d;
+  f.q = make_view(q.get(), dt, dev, TQ, H * D);
+  f.k = make_view(k.get(), dt, dev, TKV, HK * D);
+  f.v = make_view(v.get(), dt, dev, TKV, HK * D);
+  f.o = make_view(o.get(), dt, dev, TQ, H * D);
+  f.lse = lse.floats();
+  AttentionBackwardArgs b;
+  b.dims = d;
+  b.q = f.q;
+  b.k = f.k;
+  b.v = f.v;
+  b.o = f.o;
+  b.d_o = make_view(d_o.get(), dt, dev, TQ, H * D);
+  b.lse = f.lse;
+  b.dq = make_view(dq.get(), dt, dev, TQ, H * D);
+  b.dk = make_view(dk.get(), dt, dev, TKV, HK * D);
+  b.dv = make_view(dv.get(), dt, dev, TKV, HK * D);
+  auto step = [&] {
+    g.attention_forward(f);
+    g.attention_backward(b);
+  };
+  step();
+  g.synchronize();
+  const auto o0 = o.read<uint8_t>(), l0 = lse.read<uint8_t>();
+  const auto dq0 = from_bytes(dq.read<uint8_t>(), dt), dk0 = from_bytes(dk.read<uint8_t>(), dt),
+             dv0 = from_bytes(dv.read<uint8_t>(), dt);
+  // Clear the outputs, then capture and replay.
+  for (DeviceBuffer *x : {&o, &lse, &dq, &dk, &dv}) {
+    std::vector<uint8_t> z(x->read<uint8_t>().size(), 0);
+    g.copy_from_host(x->get(), z.data(), z.size());
+  }
+  g.synchronize();
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  step();
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  EXPECT_EQ(o.read<uint8_t>(), o0) << "O after graph replay";
+  EXPECT_EQ(lse.read<uint8_t>(), l0) << "LSE after graph replay";
+  const auto dq1 = from_bytes(dq.read<uint8_t>(), dt), dk1 = from_bytes(dk.read<uint8_t>(), dt),
+             dv1 = from_bytes(dv.read<uint8_t>(), dt);
+  {
+    Case k;  // names the case in EXPECT_CLOSE's message
+    k.batch = B;
+    k.mask = d.mask;
+    k.head_dim = D;
+    EXPECT_CLOSE(dq0, dq1, 1.0 / 128, "dQ after graph replay");
+    EXPECT_CLOSE(dk0, dk1, 1.0 / 128, "dK after graph replay");
+    EXPECT_CLOSE(dv0, dv1, 1.0 / 128, "dV after graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  g.set_stream(nullptr);
+  cudaStreamDestroy(st);
 }
 
 }  // namespace

@@ -719,13 +719,12 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   }
 
   void execute(const Plan &p, void **ptrs, void *workspace) {
-    std::vector<int64_t> uids = p.uids;
-    std::vector<void *> data;
-    data.reserve(uids.size());
-    for (int64_t u : uids) data.push_back(ptrs[u]);
+    void *data[kNumUids];
+    const int64_t n = static_cast<int64_t>(p.uids.size());
+    for (int64_t i = 0; i < n; ++i) data[i] = ptrs[p.uids[i]];
     Desc vp(*api_, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data());
-    vp.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(data.size()), data.data());
+    vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, p.uids.data());
+    vp.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, data);
     vp.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
     vp.finalize("cudnnBackendFinalize(variant pack)");
     api_->check(api_->execute(handle_, p.plan, vp.get()), "cudnnBackendExecute", Status::Cuda);
