@@ -13,7 +13,8 @@
 //    float atomics, so two runs are bit-identical. dS's amax comes from the dK/dV kernel only
 //    (it visits every (query, key, head) once); dp_amax_only runs that kernel alone, writing
 //    nothing else.
-// Tensor-core paths (attention_tc.cuh) take what they cover; everything else comes here.
+// Tensor-core paths (attention_tc.cu: BF16 / F16 forward and backward, E4M3 forward, head_dim 64
+// and 128) take what they cover; everything else comes here.
 // Sequence bounds: offsets are clamped into [0, tokens], lengths into [0, max_seq].
 #include <algorithm>
 #include <cmath>

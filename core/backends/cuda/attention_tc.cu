@@ -1,23 +1,35 @@
-// Tensor-core attention (FA2 style) for BF16 / F16 q, k, v, o with head_dim 64 or 128, 16-byte
-// aligned tensors, any mask, GQA ratio, fixed or variable lengths (not FP8: the general kernels).
+// Tensor-core attention (FA2 style, mma.sync) for the calls the general kernels of
+// attention_kernels.cu would otherwise take: BF16 / F16 q, k, v, o (forward and backward) and
+// E4M3 q, k, v with BF16 / F16 o (forward, sm_89+), head_dim 64 or 128, 16-byte aligned tensors;
+// any mask, GQA ratio, fixed or variable lengths (offsets clamped as in the general kernels).
 //
-// Forward: one CTA of 4 warps per (64-query tile, head, sequence); each warp owns 16 query rows.
-// Q lives in registers (ldmatrix A fragments); K and V tiles of 64 keys stream through shared
-// memory with cp.async, double buffered (the next tile loads while the current one computes);
-// rows are 16-byte-chunk XOR-swizzled so that ldmatrix is free of bank conflicts. S = Q K^T and
-// O += P V are mma.sync m16n8k16 with fp32 accumulation; the softmax is online (running max m
-// and sum l per row, in the log2 domain: scores scaled by softmax_scale * log2(e), exp2f), P is
-// rounded to the input dtype for the P V product (the error stays within the tests' bounds:
-// see tests/gpu/cuda_attention_test.cpp). Causal masks skip the key tiles no row of the tile
-// sees, and only tiles crossing the diagonal or the sequence end are masked per element. The
-// query tiles run heaviest first (the grid's x is the head, y the reversed tile index).
+// Forward: one CTA of 4 warps per (128-query tile, head, sequence); each warp owns two 16-row
+// m-tiles, so every K / V fragment read from shared memory feeds two mmas. K and V tiles of 64
+// keys stream through shared memory with cp.async, double buffered; rows are 16-byte-chunk XOR
+// swizzled so that ldmatrix is free of bank conflicts. S = Q K^T and O += P V are mma.sync
+// m16n8k16 with fp32 accumulation; the softmax is online (running max and sum per row, in the
+// log2 domain: scores times softmax_scale * log2(e), exp2f); P is rounded to the input dtype for
+// the P V product (within the tests' bounds, tests/gpu/cuda_attention_test.cpp). Causal masks
+// skip the key tiles no row of the tile sees, and only tiles crossing the diagonal or the
+// sequence end are masked per element. Query tiles run heaviest first (grid x = head, y = the
+// reversed tile index, so the heads of one tile are neighbours and share K / V in L2).
+//
+// Backward (deterministic, no atomics): D = rowsum(dO * O) comes from attention_kernels.cu.
+//  - dK / dV: one CTA of 8 warps per (128-key tile, kv head, sequence), heaviest first; warp w
+//    owns 16 keys and, for every query head of the group and 32-query step that sees the keys,
+//    computes S^T = K Q^T and dP^T = V dO^T (keys are the rows, so the C fragments are directly
+//    the A fragments of the next products), P^T, dS^T = P^T (dP^T - D), dV += P^T dO and
+//    dK += dS^T Q. Q, dO, LSE and D steps are double buffered through cp.async.
+//  - dQ: as the forward (128 queries, two m-tiles per warp, 32-key tiles): S, P, dP = dO V^T,
+//    dS, dQ += dS K.
+//
+// FP8 forward: see tc_fwd_fp8_kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "backends/cuda/attention_tc.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -413,13 +425,39 @@ __device__ __forceinline__ void fp8_scores(float (&sc)[kFwdMT][kTcBK / 8][4], ui
   }
 }
 
+// The same for m-tile m alone (pass 2 holds O, so one m-tile's scores at a time).
+template <int D>
+__device__ __forceinline__ void fp8_scores1(float (&sc)[kTcBK / 8][4], uint32_t sQ, uint32_t sK, int warp, int lane, int m) {
+#pragma unroll
+  for (int n = 0; n < kTcBK / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+    const int mi = lane >> 3;
+    uint32_t qa[4];
+    {
+      const int r = warp * 16 * kFwdMT + m * 16 + (mi & 1) * 8 + (lane & 7), c = kk * 2 + (mi >> 1);
+      ldmatrix_x4(sQ + swz8<D>(r, c), qa[0], qa[1], qa[2], qa[3]);
+    }
+#pragma unroll
+    for (int np = 0; np < kTcBK / 16; ++np) {
+      const int r = np * 16 + (mi >> 1) * 8 + (lane & 7), c = kk * 2 + (mi & 1);
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(sK + swz8<D>(r, c), b0, b1, b2, b3);
+      mma_e4m3(sc[2 * np], qa, b0, b1);
+      mma_e4m3(sc[2 * np + 1], qa, b2, b3);
+    }
+  }
+}
+
 template <int D, bool kOutBf16>
 __global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
   constexpr int MT = kFwdMT, BK = kTcBK;
   constexpr int kQ = MT * 64 * D, kK = BK * D;  // bytes (8-bit tiles)
-  const uint32_t sQ = smem_u32(tc_smem), sK0 = sQ + kQ, sV = sK0 + 2 * kK;  // Q, K0, K1, V (f16)
-  uint8_t *vtile = tc_smem + kQ + 2 * kK;
+  // Q, K0, K1, V codes 0 and 1 (plain rows), V (f16, swizzled)
+  const uint32_t sQ = smem_u32(tc_smem), sK0 = sQ + kQ, sV8 = sK0 + 2 * kK, sV = sV8 + 2 * kK;
+  const uint8_t *v8tile = tc_smem + kQ + 2 * kK;
+  uint8_t *vtile = tc_smem + kQ + 4 * kK;
   __shared__ uint32_t red[32];
   const int64_t h = blockIdx.x, b = blockIdx.z;
   const int tile = p.tiles - 1 - static_cast<int>(blockIdx.y);
@@ -521,16 +559,35 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
   float pmax = 0.0f;
-  for (int t = 0; t < n_tiles; ++t) {
+  // K and V's codes stream in double buffered (cp.async); V's codes become an f16 tile.
+  auto issue = [&](int t, int buf) {
     const int64_t k0 = static_cast<int64_t>(t) * BK;
     const int nk = static_cast<int>(std::min<int64_t>(BK, s.skv - k0));
-    load_rows8_async<D>(sK0, p.k, BK, s.ks + k0, nk, g, p.kv_heads);
+    load_rows8_async<D>(sK0 + buf * kK, p.k, BK, s.ks + k0, nk, g, p.kv_heads);
+    constexpr int kChunks = D / 16;
+    for (int e = tid; e < BK * kChunks; e += kTcThreads) {
+      const int r = e / kChunks, c = e - r * kChunks;
+      const bool ok = r < nk;
+      const uint8_t *src = ok ? p.v + ((s.ks + k0 + r) * p.kv_heads + g) * D + c * 16 : p.v;
+      cp_async16(sV8 + buf * kK + r * D + c * 16, src, ok ? 16 : 0);
+    }
     cp_async_commit();
+  };
+  if (n_tiles > 0) issue(0, 0);
+  for (int t = 0; t < n_tiles; ++t) {
+    const int64_t k0 = static_cast<int64_t>(t) * BK;
+    const int buf = t & 1;
+    if (t + 1 < n_tiles) {
+      issue(t + 1, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
     // V's codes -> f16 tile (swizzled like the 16-bit tiles), 16 codes per step.
     for (int e = tid; e < BK * (D / 16); e += kTcThreads) {
       const int r = e / (D / 16), c16 = e - r * (D / 16);
-      uint4 w = make_uint4(0, 0, 0, 0);
-      if (r < nk) w = *reinterpret_cast<const uint4 *>(p.v + ((s.ks + k0 + r) * p.kv_heads + g) * D + c16 * 16);
+      const uint4 w = *reinterpret_cast<const uint4 *>(v8tile + buf * kK + r * D + c16 * 16);
       const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
       uint32_t hv[8];
 #pragma unroll
@@ -541,26 +598,27 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
       *reinterpret_cast<uint4 *>(vtile + swz<D>(r, 2 * c16)) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
       *reinterpret_cast<uint4 *>(vtile + swz<D>(r, 2 * c16 + 1)) = make_uint4(hv[4], hv[5], hv[6], hv[7]);
     }
-    cp_async_wait<0>();
     __syncthreads();
-    float sc[MT][BK / 8][4];
-    fp8_scores<D>(sc, sQ, sK0, warp, lane);
+    const uint32_t sK = sK0 + buf * kK;
     const bool need_mask = k0 + BK > all_end || k0 + BK > s.skv;
     uint32_t pf[MT][BK / 16][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int m = 0; m < MT; ++m) {
+      float sc[BK / 8][4];
+      fp8_scores1<D>(sc, sQ, sK, warp, lane, m);
 #pragma unroll
       for (int n = 0; n < BK / 8; ++n) {
         float pv[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const bool vis = !need_mask || static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1) < end_r[m][e >> 1];
-          pv[e] = vis ? exp2f(sc[m][n][e] * f - lse2[m][e >> 1]) : 0.0f;
+          pv[e] = vis ? exp2f(sc[n][e] * f - lse2[m][e >> 1]) : 0.0f;
           pmax = fmaxf(pmax, pv[e]);
         }
         pf[m][n >> 1][(n & 1) * 2 + 0] = p8_pair(pv[0] * s_scale, pv[1] * s_scale);
         pf[m][n >> 1][(n & 1) * 2 + 1] = p8_pair(pv[2] * s_scale, pv[3] * s_scale);
       }
+    }
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
@@ -611,7 +669,7 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
 
 template <int D, bool kOutBf16>
 void launch_fwd_fp8(const TcFp8Params &p, int64_t batch, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kFwdMT * 64 * D + 2 * kTcBK * D + kTcBK * D * 2);
+  const size_t smem = static_cast<size_t>(kFwdMT * 64 * D + 4 * kTcBK * D + kTcBK * D * 2);
   auto kernel = tc_fwd_fp8_kernel<D, kOutBf16>;
   TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
@@ -1033,14 +1091,8 @@ bool attention_tc_forward(const AttentionForwardArgs &args, cudaStream_t stream)
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.tiles = static_cast<int>(tiles);
   const bool bf = t == DType::BF16;
-  const char *var = std::getenv("TE_ATTN_FWD_BK");  // temporary: tile experiments
-  if (var && var[0] == '3') {
-    if (d.head_dim == 64) bf ? launch_fwd<64, true, 32>(p, d.batch, stream) : launch_fwd<64, false, 32>(p, d.batch, stream);
-    else bf ? launch_fwd<128, true, 32>(p, d.batch, stream) : launch_fwd<128, false, 32>(p, d.batch, stream);
-  } else {
-    if (d.head_dim == 64) bf ? launch_fwd<64, true, 64>(p, d.batch, stream) : launch_fwd<64, false, 64>(p, d.batch, stream);
-    else bf ? launch_fwd<128, true, 64>(p, d.batch, stream) : launch_fwd<128, false, 64>(p, d.batch, stream);
-  }
+  if (d.head_dim == 64) bf ? launch_fwd<64, true, 64>(p, d.batch, stream) : launch_fwd<64, false, 64>(p, d.batch, stream);
+  else bf ? launch_fwd<128, true, 64>(p, d.batch, stream) : launch_fwd<128, false, 64>(p, d.batch, stream);
   return true;
 }
 
