@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cudnn_sdpa.h"
 #include "gpu/gpu_test_support.h"
 #include "numerics/numerics.h"
 
@@ -24,13 +25,25 @@ namespace {
 constexpr Device kCpu{DeviceType::CPU, 0};
 constexpr Device kGpu{DeviceType::CUDA, 0};
 
+// Skips where libcudnn cannot be loaded (the dispatch then always runs libte's kernels).
 class CudnnAttentionTest : public GpuTest {
  protected:
   void SetUp() override {
+    const char *prev = std::getenv("TE_ATTENTION_IMPL");
+    had_prev_ = prev != nullptr;
+    if (prev) prev_ = prev;
     setenv("TE_ATTENTION_IMPL", "cudnn", 1);
     GpuTest::SetUp();
+    if (IsSkipped()) return;
+    const char *why = nullptr;
+    if (!cuda::CudnnSdpa::create(0, &why)) GTEST_SKIP() << "cuDNN unavailable: " << (why ? why : "?");
   }
-  void TearDown() override { unsetenv("TE_ATTENTION_IMPL"); }
+  void TearDown() override {
+    if (had_prev_) setenv("TE_ATTENTION_IMPL", prev_.c_str(), 1);
+    else unsetenv("TE_ATTENTION_IMPL");
+  }
+  bool had_prev_ = false;
+  std::string prev_;
 };
 
 std::vector<uint8_t> to_bytes(const std::vector<float> &v, DType t) {
@@ -410,7 +423,9 @@ TEST_F(CudnnAttentionTest, CudnnThd) {
 }
 
 // On Hopper cuDNN declines (its FP8 engines there write O in FP8); the cases then print a note.
+// On Blackwell the path is opt-in (TE_CUDNN_SDPA_FP8=1), which this test sets.
 TEST_F(CudnnAttentionTest, CudnnFp8Forward) {
+  setenv("TE_CUDNN_SDPA_FP8", "1", 1);
   uint32_t seed = 3000;
   for (AttnMask m : {AttnMask::None, AttnMask::Causal, AttnMask::CausalBottomRight})
     for (int64_t d : {64, 128}) {
