@@ -14,9 +14,6 @@
 // Backward inputs (O, LSE) are the CPU forward's on both backends, so that the backward is
 // compared on its own. Two GPU backward runs are bitwise identical (no float atomics).
 // RoPE: bit for bit (numerics/attention.h fixes every operation).
-//
-// Until the CPU backend implements attention (it may throw Unsupported), a small local reference
-// of numerics/attention.h stands in for it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,108 +67,14 @@ struct Twin {
   DeviceBuffer c, g;
 };
 
-// ---- local stand-in for the CPU reference (numerics/attention.h, fp32) ---------------------------
-struct HostSeq {
-  int64_t qs, sq, ks, skv;
-};
+// ---- one problem's dims, offsets and FP8 scales ---------------------------------------------------
 struct HostProblem {
   AttentionDims d;
   std::vector<int32_t> cu_q, cu_kv;
   bool fp8 = false;
   float qsi = 1, ksi = 1, vsi = 1, s_scale = 1, s_scale_inv = 1, dosi = 1, dp_scale = 1, dp_scale_inv = 1;
   DType do8t = DType::E4M3;
-  HostSeq seq(int64_t b) const {
-    if (!cu_q.empty()) return {cu_q[b], cu_q[b + 1] - cu_q[b], cu_kv[b], cu_kv[b + 1] - cu_kv[b]};
-    return {b * d.max_seq_q, d.max_seq_q, b * d.max_seq_kv, d.max_seq_kv};
-  }
-  int64_t hi(int64_t i, const HostSeq &s) const {
-    if (d.mask == AttnMask::None) return s.skv;
-    const int64_t off = d.mask == AttnMask::Causal ? 0 : s.skv - s.sq;
-    return std::clamp<int64_t>(i + 1 + off, 0, s.skv);
-  }
-  float score(const float *q, const float *k) const {
-    float acc = 0;
-    for (int64_t x = 0; x < d.head_dim; ++x) acc += q[x] * k[x];
-    if (fp8) acc = acc * qsi * ksi;
-    return acc * d.softmax_scale;
-  }
 };
-
-void ref_forward(const HostProblem &P, const std::vector<float> &q, const std::vector<float> &k,
-                 const std::vector<float> &v, std::vector<float> *o, std::vector<float> *lse) {
-  const AttentionDims &d = P.d;
-  const int64_t D = d.head_dim, grp = d.heads / d.kv_heads;
-  o->assign(static_cast<size_t>(d.tokens_q * d.heads * D), 0.0f);
-  lse->assign(static_cast<size_t>(d.tokens_q * d.heads), -INFINITY);
-  for (int64_t b = 0; b < d.batch; ++b) {
-    const HostSeq s = P.seq(b);
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const int64_t g = h / grp;
-      for (int64_t i = 0; i < s.sq; ++i) {
-        const float *qr = &q[((s.qs + i) * d.heads + h) * D];
-        const int64_t hi = P.hi(i, s);
-        if (hi <= 0) continue;
-        std::vector<float> sv(static_cast<size_t>(hi));
-        float m = -INFINITY;
-        for (int64_t j = 0; j < hi; ++j) m = std::max(m, sv[j] = P.score(qr, &k[((s.ks + j) * d.kv_heads + g) * D]));
-        float l = 0;
-        for (int64_t j = 0; j < hi; ++j) l += std::exp(sv[j] - m);
-        const float L = m + std::log(l);
-        (*lse)[(s.qs + i) * d.heads + h] = L;
-        float *orow = &(*o)[((s.qs + i) * d.heads + h) * D];
-        for (int64_t j = 0; j < hi; ++j) {
-          float p = std::exp(sv[j] - L);
-          if (P.fp8) p = e4m3_to_float(float_to_e4m3(p * P.s_scale));
-          for (int64_t x = 0; x < D; ++x) orow[x] += p * v[((s.ks + j) * d.kv_heads + g) * D + x];
-        }
-        if (P.fp8)
-          for (int64_t x = 0; x < D; ++x) orow[x] = orow[x] * P.s_scale_inv * P.vsi;
-      }
-    }
-  }
-}
-
-// do_mm: the dO that dP and dV use (FP8: the codes' values); do_hp and o: for D.
-void ref_backward(const HostProblem &P, const std::vector<float> &q, const std::vector<float> &k,
-                  const std::vector<float> &v, const std::vector<float> &o, const std::vector<float> &do_hp,
-                  const std::vector<float> &do_mm, const std::vector<float> &lse, std::vector<float> *dq,
-                  std::vector<float> *dk, std::vector<float> *dv, float *dp_amax) {
-  const AttentionDims &d = P.d;
-  const int64_t D = d.head_dim, grp = d.heads / d.kv_heads;
-  dq->assign(q.size(), 0.0f);
-  dk->assign(k.size(), 0.0f);
-  dv->assign(v.size(), 0.0f);
-  for (int64_t b = 0; b < d.batch; ++b) {
-    const HostSeq s = P.seq(b);
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const int64_t g = h / grp;
-      for (int64_t i = 0; i < s.sq; ++i) {
-        const int64_t qi = ((s.qs + i) * d.heads + h) * D;
-        float Dsum = 0;
-        for (int64_t x = 0; x < D; ++x) Dsum += do_hp[qi + x] * o[qi + x];
-        const float L = lse[(s.qs + i) * d.heads + h];
-        for (int64_t j = 0; j < P.hi(i, s); ++j) {
-          const int64_t kj = ((s.ks + j) * d.kv_heads + g) * D;
-          const float p = std::exp(P.score(&q[qi], &k[kj]) - L);
-          float dp = 0;
-          for (int64_t x = 0; x < D; ++x) dp += do_mm[qi + x] * v[kj + x];
-          if (P.fp8) dp = dp * P.dosi * P.vsi;
-          float ds = p * (dp - Dsum), pm = p;
-          *dp_amax = std::max(*dp_amax, std::fabs(ds));
-          if (P.fp8) {
-            ds = fp8_to_float(float_to_fp8(ds * P.dp_scale, P.do8t), P.do8t) * P.dp_scale_inv;
-            pm = e4m3_to_float(float_to_e4m3(p * P.s_scale)) * P.s_scale_inv;
-          }
-          for (int64_t x = 0; x < D; ++x) {
-            (*dq)[qi + x] += d.softmax_scale * ds * k[kj + x] * (P.fp8 ? P.ksi : 1.0f);
-            (*dk)[kj + x] += d.softmax_scale * ds * q[qi + x] * (P.fp8 ? P.qsi : 1.0f);
-            (*dv)[kj + x] += pm * do_mm[qi + x] * (P.fp8 ? P.dosi : 1.0f);
-          }
-        }
-      }
-    }
-  }
-}
 
 // ---- the comparison ---------------------------------------------------------------------------
 struct Case {
@@ -278,7 +181,6 @@ void run_case(Backend &cpu, Backend &gpu, const Case &c, uint32_t seed) {
   const DType od = c.dt;
   for (auto *x : {&q, &k, &v, &dO}) *x = from_bytes(to_bytes(*x, od), od);
   std::vector<uint8_t> qb, kb, vb, dob8;
-  std::vector<float> qm = q, km = k, vm = v;  // the GEMM operands' values (FP8: codes' values)
   if (c.fp8) {
     P.fp8 = true;
     P.qsi = 1.0f / 64, P.ksi = 1.0f / 128, P.vsi = 1.0f / 100;
@@ -286,14 +188,13 @@ void run_case(Backend &cpu, Backend &gpu, const Case &c, uint32_t seed) {
     P.dosi = 1.0f / 64;
     P.dp_scale = c.do8t == DType::E4M3 ? 2048.0f : 8192.0f, P.dp_scale_inv = 1.0f / P.dp_scale;
     P.do8t = c.do8t;
-    qm = quantize(q, 64.0f, DType::E4M3, &qb);
-    km = quantize(k, 128.0f, DType::E4M3, &kb);
-    vm = quantize(v, 100.0f, DType::E4M3, &vb);
+    quantize(q, 64.0f, DType::E4M3, &qb);
+    quantize(k, 128.0f, DType::E4M3, &kb);
+    quantize(v, 100.0f, DType::E4M3, &vb);
   } else {
     qb = to_bytes(q, od), kb = to_bytes(k, od), vb = to_bytes(v, od);
   }
-  std::vector<float> do_m = dO;
-  if (c.fp8) do_m = quantize(dO, 64.0f, c.do8t, &dob8);
+  if (c.fp8) quantize(dO, 64.0f, c.do8t, &dob8);
   const DType in_t = c.fp8 ? DType::E4M3 : od;
   const size_t es = dtype_size(od);
   Twin tq(cpu, gpu, qb), tk(cpu, gpu, kb), tv(cpu, gpu, vb);
@@ -317,7 +218,6 @@ void run_case(Backend &cpu, Backend &gpu, const Case &c, uint32_t seed) {
     if (c.fp8) x.scale_inv = si.floats(b);
     return x;
   };
-  bool cpu_ok = true;
   for (int b = 0; b < 2; ++b) {
     AttentionForwardArgs a;
     a.dims = dims_on(b);
@@ -327,31 +227,17 @@ void run_case(Backend &cpu, Backend &gpu, const Case &c, uint32_t seed) {
     a.o = view3(to.on(b), od, b == 0 ? kCpu : kGpu, d.tokens_q, c.heads, D);
     a.lse = tlse.floats(b);
     if (c.fp8) a.s_scale = ss.floats(b), a.s_scale_inv = ssi.floats(b), a.s_amax = samax.floats(b);
-    try {
-      (b == 0 ? cpu : gpu).attention_forward(a);
-    } catch (const Error &e) {
-      if (b == 0 && e.status() == Status::Unsupported) cpu_ok = false;
-      else throw;
-    }
+    (b == 0 ? cpu : gpu).attention_forward(a);
   }
   gpu.synchronize();
-  std::vector<float> o_ref, lse_ref;
-  if (cpu_ok) {
-    o_ref = from_bytes(to.c.read<uint8_t>(), od);
-    lse_ref = tlse.c.read<float>();
-  } else {
-    ref_forward(P, qm, km, vm, &o_ref, &lse_ref);
-    o_ref = from_bytes(to_bytes(o_ref, od), od);
-    cpu.copy_from_host(to.c.get(), to_bytes(o_ref, od).data(), static_cast<size_t>(nq) * es);
-    cpu.copy_from_host(tlse.c.get(), lse_ref.data(), lse_ref.size() * 4);
-  }
+  const std::vector<float> o_ref = from_bytes(to.c.read<uint8_t>(), od), lse_ref = tlse.c.read<float>();
   const std::vector<float> o_gpu = from_bytes(to.g.read<uint8_t>(), od);
   const float tol_o = 4 * ulp_rel(od) + (c.fp8 ? 1.0f / 16 : 0.0f);
   expect_close(o_ref, o_gpu, tol_o, what + " O");
   expect_lse_close(lse_ref, tlse.g.read<float>(), what);
   if (c.fp8) {
     const float a = samax.c.read<float>()[0], g = samax.g.read<float>()[0];
-    if (cpu_ok) EXPECT_NEAR(a, g, 1e-6f) << what << " s_amax";
+    EXPECT_NEAR(a, g, 1e-6f) << what << " s_amax";
     EXPECT_GT(g, 0.0f) << what << " s_amax";
   }
   if (!c.backward) return;
@@ -383,29 +269,16 @@ void run_case(Backend &cpu, Backend &gpu, const Case &c, uint32_t seed) {
     a.dq = view3(tdq.on(b), od, dev, d.tokens_q, c.heads, D);
     a.dk = view3(tdk.on(b), od, dev, d.tokens_kv, c.kv_heads, D);
     a.dv = view3(tdv.on(b), od, dev, d.tokens_kv, c.kv_heads, D);
-    if (run == 0 && !cpu_ok) continue;
-    try {
-      (b == 0 ? cpu : gpu).attention_backward(a);
-    } catch (const Error &e) {
-      if (b == 0 && e.status() == Status::Unsupported) cpu_ok = false;
-      else throw;
-    }
+    (b == 0 ? cpu : gpu).attention_backward(a);
     if (run == 1) {
       gpu.synchronize();
       first = {tdq.g.read<uint8_t>(), tdk.g.read<uint8_t>(), tdv.g.read<uint8_t>()};
     }
   }
   gpu.synchronize();
-  std::vector<float> dq_ref, dk_ref, dv_ref;
-  float amax_ref = 0;
-  if (cpu_ok) {
-    dq_ref = from_bytes(tdq.c.read<uint8_t>(), od);
-    dk_ref = from_bytes(tdk.c.read<uint8_t>(), od);
-    dv_ref = from_bytes(tdv.c.read<uint8_t>(), od);
-    amax_ref = dpamax.c.read<float>()[0];
-  } else {
-    ref_backward(P, qm, km, vm, o_ref, dO, do_m, lse_ref, &dq_ref, &dk_ref, &dv_ref, &amax_ref);
-  }
+  const std::vector<float> dq_ref = from_bytes(tdq.c.read<uint8_t>(), od), dk_ref = from_bytes(tdk.c.read<uint8_t>(), od),
+                           dv_ref = from_bytes(tdv.c.read<uint8_t>(), od);
+  const float amax_ref = dpamax.c.read<float>()[0];
   const float tol_g = 4 * ulp_rel(od) + (c.fp8 ? 1.0f / 16 : 0.0f);
   expect_close(dq_ref, from_bytes(tdq.g.read<uint8_t>(), od), tol_g, what + " dQ");
   expect_close(dk_ref, from_bytes(tdk.g.read<uint8_t>(), od), tol_g, what + " dK");
@@ -668,36 +541,6 @@ TEST_F(CudaAttention, DISABLED_Benchmark) {
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
-void ref_rope(const RopeArgs &a, const std::vector<float> &x, const std::vector<float> &f, std::vector<int32_t> cu,
-              std::vector<float> *y) {
-  *y = x;
-  const int64_t half = a.rot_dim / 2, npos = static_cast<int64_t>(f.size()) / std::max<int64_t>(half, 1);
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    int64_t pos = 0;
-    if (cu.empty()) {
-      pos = t % a.seq_len;
-    } else {
-      for (int64_t b = 0; b < a.batch; ++b)
-        if (cu[b] <= t) pos = t - cu[b];
-    }
-    pos = std::min(pos, npos - 1);
-    for (int64_t h = 0; h < a.heads; ++h) {
-      const int64_t base = (t * a.heads + h) * a.head_dim;
-      for (int64_t k = 0; k < half; ++k) {
-        const double ang = static_cast<double>(f[pos * half + k]);
-        const float c = static_cast<float>(std::cos(ang));
-        float s = static_cast<float>(std::sin(ang));
-        if (a.inverse) s = -s;
-        const int64_t d1 = a.interleaved ? 2 * k : k, d2 = a.interleaved ? 2 * k + 1 : k + half;
-        const float x1 = x[base + d1], x2 = x[base + d2];
-        volatile float p1 = x1 * c, p2 = x2 * s, p3 = x2 * c, p4 = x1 * s;
-        (*y)[base + d1] = p1 - p2;
-        (*y)[base + d2] = p3 + p4;
-      }
-    }
-  }
-}
-
 class CudaRope : public GpuTest {};
 
 TEST_F(CudaRope, BitIdenticalToCpu) {
@@ -719,7 +562,6 @@ TEST_F(CudaRope, BitIdenticalToCpu) {
             x = from_bytes(to_bytes(x, dt), dt);
             Twin tx(*cpu, *gpu, to_bytes(x, dt)), ty(*cpu, *gpu, x.size() * dtype_size(dt)), tf(*cpu, *gpu, raw(f)),
                 tcu(*cpu, *gpu, raw(cu));
-            bool cpu_ok = true;
             RopeArgs a;
             for (int b = 0; b < 2; ++b) {
               const Device dev = b == 0 ? kCpu : kGpu;
@@ -730,23 +572,11 @@ TEST_F(CudaRope, BitIdenticalToCpu) {
               if (layout == 0) a.seq_len = seq_len;
               else a.batch = 4, a.cu_seqlens = static_cast<const int32_t *>(tcu.on(b));
               a.interleaved = inter, a.inverse = inv;
-              try {
-                (b == 0 ? *cpu : *gpu).rope(a);
-              } catch (const Error &e) {
-                if (b == 0 && e.status() == Status::Unsupported) cpu_ok = false;
-                else throw;
-              }
+              (b == 0 ? *cpu : *gpu).rope(a);
             }
             gpu->synchronize();
             const Twin &out = alias ? tx : ty;
-            std::vector<uint8_t> ref;
-            if (cpu_ok) {
-              ref = out.c.read<uint8_t>();
-            } else {
-              std::vector<float> yr;
-              ref_rope(a, x, f, layout == 0 ? std::vector<int32_t>{} : cu, &yr);
-              ref = to_bytes(yr, dt);
-            }
+            const std::vector<uint8_t> ref = out.c.read<uint8_t>();
             EXPECT_TRUE(ref == out.g.read<uint8_t>())
                 << dtype_name(dt) << " layout " << layout << " interleaved " << inter << " inverse " << inv << " alias "
                 << alias;
