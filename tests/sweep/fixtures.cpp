@@ -374,6 +374,140 @@ std::vector<unsigned char> &mlp_saved_state(World &w, te_layernorm_mlp *m) {
   return buf;
 }
 
+// ---- Attention: 2 query heads, 1 kv head (GQA), head_dim 8, F32, causal, fp8 = 1 (the FP8
+// path inside the world's delayed-scaling scopes). THD: q lengths {3, 5} (8 tokens, max 5), kv
+// lengths {4, 4} (8 tokens, max 4); BSHD: batch 2, seq 4. RoPE: the same THD offsets ---------
+
+constexpr int64_t AH = 2, AKV = 1, AD = 8, ATQ = 8, ATKV = 8;
+
+te_attention_options &attn_options(World &w) {
+  te_attention_options &o = w.keep(te_attention_options{});
+  w.ok(te_attention_options_init(&o), "te_attention_options_init");
+  o.num_heads = AH;
+  o.num_kv_heads = AKV;
+  o.head_dim = AD;
+  o.mask = TE_ATTN_MASK_CAUSAL;
+  o.activation_dtype = TE_DTYPE_F32;
+  o.fp8 = 1;
+  return o;
+}
+
+// A fresh attention on ctx (options edited by `edit`); with watch_state, its saved state is part
+// of what a bad call must not change.
+te_attention *attn_new(World &w, te_context *ctx, bool watch_state = true,
+                       std::function<void(te_attention_options &)> edit = nullptr) {
+  te_attention_options &o = attn_options(w);
+  if (edit) edit(o);
+  te_attention *m = nullptr;
+  w.ok(te_attention_create(&m, ctx, &o), "te_attention_create (fixture)");
+  if (watch_state && m)
+    w.add_state([ctx, m] { return module_state_hex("attention", ctx, m, te_attention_state_save); });
+  return m;
+}
+
+// I32 offsets [lens.size() + 1] from sequence lengths.
+HostTensor &attn_offsets(World &w, std::vector<int32_t> lens) {
+  HostTensor &h = w.keep(HostTensor(TE_DTYPE_I32, {static_cast<int64_t>(lens.size()) + 1}));
+  int32_t acc = 0;
+  std::memcpy(h.bytes.data(), &acc, 4);
+  for (size_t i = 0; i < lens.size(); ++i) {
+    acc += lens[i];
+    std::memcpy(h.bytes.data() + 4 * (i + 1), &acc, 4);
+  }
+  return h;
+}
+// Offsets written out as given (decreasing, out of range, ...).
+HostTensor &attn_raw_offsets(World &w, std::vector<int32_t> v) {
+  HostTensor &h = w.keep(HostTensor(TE_DTYPE_I32, {static_cast<int64_t>(v.size())}));
+  std::memcpy(h.bytes.data(), v.data(), 4 * v.size());
+  return h;
+}
+
+// THD args (q [8, 2, 8], k and v [8, 1, 8]); the same tensors for every call of a case.
+te_attention_forward_args &attn_thd_args(World &w) {
+  te_attention_forward_args &a = w.keep(te_attention_forward_args{});
+  w.ok(te_attention_forward_args_init(&a), "te_attention_forward_args_init");
+  auto it = w.values.find("attn_q");
+  if (it == w.values.end()) {
+    w.values["attn_q"] = reinterpret_cast<uintptr_t>(input(w, TE_DTYPE_F32, {ATQ, AH, AD}, 90).get());
+    w.values["attn_k"] = reinterpret_cast<uintptr_t>(input(w, TE_DTYPE_F32, {ATKV, AKV, AD}, 91).get());
+    w.values["attn_v"] = reinterpret_cast<uintptr_t>(input(w, TE_DTYPE_F32, {ATKV, AKV, AD}, 92).get());
+    w.values["attn_cu_q"] = reinterpret_cast<uintptr_t>(attn_offsets(w, {3, 5}).get());
+    w.values["attn_cu_kv"] = reinterpret_cast<uintptr_t>(attn_offsets(w, {4, 4}).get());
+  }
+  auto t = [&w](const char *n) { return reinterpret_cast<const te_tensor *>(static_cast<uintptr_t>(w.values[n])); };
+  a.q = t("attn_q");
+  a.k = t("attn_k");
+  a.v = t("attn_v");
+  a.cu_seqlens_q = t("attn_cu_q");
+  a.cu_seqlens_kv = t("attn_cu_kv");
+  a.max_seqlen_q = 5;
+  a.max_seqlen_kv = 4;
+  return a;
+}
+// BSHD args (q [2, 4, 2, 8], k and v [2, 4, 1, 8]).
+te_attention_forward_args &attn_bshd_args(World &w) {
+  te_attention_forward_args &a = w.keep(te_attention_forward_args{});
+  w.ok(te_attention_forward_args_init(&a), "te_attention_forward_args_init");
+  a.q = input(w, TE_DTYPE_F32, {2, 4, AH, AD}, 93).get();
+  a.k = input(w, TE_DTYPE_F32, {2, 4, AKV, AD}, 94).get();
+  a.v = input(w, TE_DTYPE_F32, {2, 4, AKV, AD}, 95).get();
+  return a;
+}
+
+HostTensor &attn_o(World &w) { return output(w, TE_DTYPE_F32, {ATQ, AH, AD}); }
+
+// Residuals of a THD forward in whatever scope is open.
+te_attention_residuals &attn_residuals(World &w, te_attention *m) {
+  te_attention_residuals &r = w.keep(te_attention_residuals{});
+  r.struct_size = sizeof r;
+  w.ok(te_attention_forward_compute(w.ctx, m, &attn_thd_args(w), attn_o(w).get(), &r),
+       "te_attention_forward_compute (fixture)");
+  return r;
+}
+
+te_attention_backward_ctx *attn_backward_ctx(World &w, te_context *ctx, te_attention *m, bool fp8 = true,
+                                             te_attention_forward_args *args = nullptr) {
+  FixtureScope scope(w, ctx, fp8);
+  te_attention_backward_ctx *b = nullptr;
+  w.ok(te_attention_forward(ctx, m, args ? args : &attn_thd_args(w), attn_o(w).get(), &b),
+       "te_attention_forward (fixture)");
+  return b;
+}
+
+te_attention_grads &attn_grads(World &w) {
+  te_attention_grads &g = w.keep(te_attention_grads{});
+  w.ok(te_attention_grads_init(&g), "te_attention_grads_init");
+  g.dq = output(w, TE_DTYPE_F32, {ATQ, AH, AD}).get();
+  g.dk = output(w, TE_DTYPE_F32, {ATKV, AKV, AD}).get();
+  g.dv = output(w, TE_DTYPE_F32, {ATKV, AKV, AD}).get();
+  return g;
+}
+
+// An attention after one FP8 step (forward, scale update, backward): its six states hold values.
+te_attention *attn_used(World &w, te_context *ctx) {
+  te_attention *m = attn_new(w, ctx);
+  te_attention_backward_ctx *b = attn_backward_ctx(w, ctx, m);
+  HostTensor &dout = input(w, TE_DTYPE_F32, {ATQ, AH, AD}, 96);
+  w.ok(te_attention_backward(ctx, b, dout.get(), &attn_grads(w), nullptr), "te_attention_backward (fixture)");
+  te_attention_backward_ctx_destroy(b);
+  return m;
+}
+
+std::vector<unsigned char> &attn_saved_state(World &w, te_attention *m) {
+  size_t n = 0;
+  w.ok(te_attention_state_save(w.ctx, m, nullptr, 0, &n), "te_attention_state_save (size)");
+  std::vector<unsigned char> &buf = w.keep(std::vector<unsigned char>(n));
+  w.ok(te_attention_state_save(w.ctx, m, buf.data(), n, &n), "te_attention_state_save");
+  return buf;
+}
+
+// RoPE's input and output of either direction.
+const te_tensor *&rope_in(args::te_rope_forward &a) { return a.x; }
+const te_tensor *&rope_in(args::te_rope_backward &a) { return a.dy; }
+te_tensor *&rope_out(args::te_rope_forward &a) { return a.y; }
+te_tensor *&rope_out(args::te_rope_backward &a) { return a.dx; }
+
 // ---- DLPack, written out from the spec (tests/api/dlpack_abi.h) --------------------------
 using namespace dlpack;
 
@@ -438,6 +572,13 @@ const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
       {"te_gemm_options.accumulate", {true, "the result includes the old D"}},
       {"te_gemm_options.use_split_accumulator", {true, "FP8: promote partial sums"}},
       {"te_norm_options.zero_centered_gamma", {true, "default 0; 1: the scale applied is (1 + gamma)"}},
+      {"te_attention_options.num_heads", {false, "required, > 0"}},
+      {"te_attention_options.num_kv_heads", {false, "default 0: num_heads; must divide num_heads"}},
+      {"te_attention_options.head_dim", {false, "required, a multiple of 8 in 8..256"}},
+      {"te_attention_options.fp8", {true, "default 0: see above (TE's fp8_dpa)"}},
+      {"te_attention_residuals.fp8", {true, "set by the forward: FP8 copies or the caller's"}},
+      {"te_rope_options.rot_dim", {false, "default 0: head_dim; else even, in 2..head_dim"}},
+      {"te_rope_options.interleaved", {true, "default 0"}},
   };
   return m;
 }
@@ -2973,6 +3114,677 @@ const std::vector<Fixture> &fixtures() {
                                          },
                                          invalid("inputs->m_splits[1]"))));
     }
+    // ---- attention and RoPE ---------------------------------------------------------------
+    // Attentions are made per case (attn_ helpers above): 2 query heads, 1 kv head, head_dim 8,
+    // F32, causal, fp8 = 1; forwards in THD with CPU offsets {0, 3, 8} / {0, 4, 8}, FP8 inside
+    // the world's delayed-scaling scope.
+    {
+      using AO = te_attention_options;
+      auto with = [](std::function<void(AO &)> m) {
+        return [m](World &w, args::te_attention_create &a) {
+          AO &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      const char *scale_why = "softmax_scale: default 0: 1 / sqrt(head_dim); else finite, > 0";
+      t.push_back(Def<args::te_attention_options_init>([](World &w, args::te_attention_options_init &a) {
+        a.opts = &w.keep(te_attention_options{});
+      }));
+      t.push_back(
+          Def<args::te_attention_create>([](World &w, args::te_attention_create &a) {
+            a.out = &w.keep<te_attention *>(nullptr);
+            a.ctx = w.ctx;
+            a.opts = &attn_options(w);
+          })
+              .extra("num_heads_0", with([](AO &o) { o.num_heads = 0; }), invalid("opts->num_heads"))
+              .extra("num_heads_neg1", with([](AO &o) { o.num_heads = -1; }), invalid("opts->num_heads"))
+              .extra("num_kv_heads_not_a_divisor", with([](AO &o) { o.num_heads = 4; o.num_kv_heads = 3; }),
+                     invalid("opts->num_kv_heads"))
+              .extra("num_kv_heads_above_num_heads", with([](AO &o) { o.num_kv_heads = 4; }), invalid("opts->num_kv_heads"))
+              .extra("num_kv_heads_neg1", with([](AO &o) { o.num_kv_heads = -1; }), invalid("opts->num_kv_heads"))
+              .extra("num_kv_heads_int_min", with([](AO &o) { o.num_kv_heads = INT32_MIN; }), invalid("opts->num_kv_heads"))
+              .extra("head_dim_0", with([](AO &o) { o.head_dim = 0; }), invalid("opts->head_dim"))
+              .extra("head_dim_12", with([](AO &o) { o.head_dim = 12; }), invalid("opts->head_dim"))
+              .extra("head_dim_264", with([](AO &o) { o.head_dim = 264; }), invalid("opts->head_dim"))
+              .extra("softmax_scale_neg", with([](AO &o) { o.softmax_scale = -1.0f; }),
+                     reject({IA}, scale_why, "opts->softmax_scale"))
+              .extra("softmax_scale_nan", with([](AO &o) { o.softmax_scale = std::nanf(""); }),
+                     reject({IA}, scale_why, "opts->softmax_scale"))
+              .extra("softmax_scale_inf", with([](AO &o) { o.softmax_scale = INFINITY; }),
+                     reject({IA}, scale_why, "opts->softmax_scale"))
+              .extra("mask_3", with([](AO &o) {
+                       const int32_t v = 3;
+                       std::memcpy(&o.mask, &v, sizeof v);
+                     }),
+                     invalid("opts->mask"))
+              .extra("activation_dtype_e4m3", with([](AO &o) { o.activation_dtype = TE_DTYPE_E4M3; }),
+                     invalid("opts->activation_dtype"))
+              .extra("activation_dtype_i32", with([](AO &o) { o.activation_dtype = TE_DTYPE_I32; }),
+                     invalid("opts->activation_dtype")));
+      t.push_back(Def<args::te_attention_destroy>([](World &w, args::te_attention_destroy &a) {
+        a.m = attn_new(w, w.ctx, false);
+      }));
+      t.push_back(Def<args::te_attention_forward_args_init>([](World &w, args::te_attention_forward_args_init &a) {
+        a.args = &w.keep(te_attention_forward_args{});
+      }));
+      t.push_back(Def<args::te_attention_grads_init>([](World &w, args::te_attention_grads_init &a) {
+        a.grads = &w.keep(te_attention_grads{});
+      }));
+    }
+    // The THD forward's tensors under `p` ("args" or "inputs").
+    auto attn_tensors = [](auto d, const std::string &p) {
+      return d.tensor(p + "->q", TE_DTYPE_F32, {ATQ, AH, AD})
+          .tensor(p + "->k", TE_DTYPE_F32, {ATKV, AKV, AD})
+          .tensor(p + "->v", TE_DTYPE_F32, {ATKV, AKV, AD})
+          .tensor(p + "->cu_seqlens_q", TE_DTYPE_I32, {3})
+          .tensor(p + "->cu_seqlens_kv", TE_DTYPE_I32, {3});
+    };
+    {
+      // forward_compute, forward, forward_compute_into: THD, FP8 in the world's scope.
+      using FA = te_attention_forward_args;
+      auto args_with = [](std::function<void(World &, FA &)> m) {
+        return [m](World &w, auto &a) {
+          FA &c = w.keep(*a.args);
+          m(w, c);
+          a.args = &c;
+        };
+      };
+      auto cu_q = [args_with](std::vector<int32_t> v) {
+        return args_with([v](World &w, FA &c) { c.cu_seqlens_q = attn_raw_offsets(w, v).get(); });
+      };
+      auto cu_kv = [args_with](std::vector<int32_t> v) {
+        return args_with([v](World &w, FA &c) { c.cu_seqlens_kv = attn_raw_offsets(w, v).get(); });
+      };
+      const char *offs_why = "On a CPU context the offsets are validated (start at 0, never decrease, end at the "
+                             "token count, lengths within max_seqlen: INVALID_ARGUMENT otherwise)";
+      auto common = [=](auto d) {
+        return attn_tensors(d, "args")
+            .tensor("o", TE_DTYPE_F32, {ATQ, AH, AD})
+            .extra("cu_seqlens_q_decreasing", cu_q({0, 9, 8}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_not_from_0", cu_q({1, 3, 8}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_negative", cu_q({0, -3, 8}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_last_short", cu_q({0, 3, 7}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_last_beyond", cu_q({0, 3, 9}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_int_max", cu_q({0, INT32_MAX, 8}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_length_above_max", cu_q({0, 1, 8}), reject({IA}, offs_why, "args->cu_seqlens_q"))
+            .extra("cu_seqlens_kv_decreasing", cu_kv({0, 8, 4, 8}), invalid("args->cu_seqlens_kv"))
+            .extra("cu_seqlens_kv_int_min", cu_kv({0, INT32_MIN, 8}), reject({IA}, offs_why, "args->cu_seqlens_kv"))
+            .extra("cu_seqlens_kv_other_batch", cu_kv({0, 4, 4, 8}),
+                   reject({IA}, "offsets not I32 [batch + 1]", "args->cu_seqlens_kv"))
+            .extra("cu_seqlens_q_one_entry", cu_q({0}), reject({IA}, "offsets not I32 [batch + 1]", "args->cu_seqlens_q"))
+            .extra("cu_seqlens_q_2d",
+                   args_with([](World &w, FA &c) {
+                     HostTensor &h = attn_offsets(w, {3, 5});
+                     h.t.ndim = 2;
+                     h.t.shape[0] = 1;
+                     h.t.shape[1] = 3;
+                     c.cu_seqlens_q = h.get();
+                   }),
+                   reject({IA}, "offsets not I32 [batch + 1]", "args->cu_seqlens_q"))
+            .extra("max_seqlen_q_0", args_with([](World &, FA &c) { c.max_seqlen_q = 0; }),
+                   reject({IA}, "max_seqlen_q / _kv bound every length (THD: required, > 0)", "args->max_seqlen_q"))
+            .extra("max_seqlen_kv_neg1", args_with([](World &, FA &c) { c.max_seqlen_kv = -1; }),
+                   reject({IA}, "THD: required, > 0", "args->max_seqlen_kv"))
+            .extra("max_seqlen_kv_int64_max", args_with([](World &, FA &c) { c.max_seqlen_kv = INT64_MAX; }),
+                   [] {
+                     // te.h bounds the lengths by max_seqlen, not max_seqlen by the tokens; the
+                     // library refuses max_seqlen above the token count (reported as undocumented).
+                     Expect e = reject_or_accept("max_seqlen_q / _kv bound every length (THD: required, > 0)");
+                     e.name = "args->max_seqlen_kv";
+                     return e;
+                   }())
+            .extra("q_heads_not_num_heads",
+                   args_with([](World &w, FA &c) { c.q = input(w, TE_DTYPE_F32, {ATQ, 3, AD}, 97).get(); }),
+                   reject({IA}, "head counts or head_dim not the layer's", "args->q"))
+            .extra("k_head_dim_16",
+                   args_with([](World &w, FA &c) { c.k = input(w, TE_DTYPE_F32, {ATKV, AKV, 16}, 98).get(); }),
+                   reject({IA}, "head counts or head_dim not the layer's", "args->k"))
+            .extra("v_not_like_k",
+                   args_with([](World &w, FA &c) { c.v = input(w, TE_DTYPE_F32, {ATKV - 1, AKV, AD}, 99).get(); }),
+                   invalid("args->v"))
+            .extra("q_bshd_with_offsets",
+                   args_with([](World &w, FA &c) { c.q = input(w, TE_DTYPE_F32, {2, 4, AH, AD}, 100).get(); }),
+                   invalid("args->q"))
+            .extra("bshd_batch_differs",
+                   [](World &w, auto &a) {
+                     FA &c = attn_bshd_args(w);
+                     c.k = input(w, TE_DTYPE_F32, {3, 4, AKV, AD}, 101).get();
+                     c.v = c.k;
+                     a.args = &c;
+                     a.o = output(w, TE_DTYPE_F32, {2, 4, AH, AD}).get();
+                   },
+                   reject({IA}, "batch of q and k differing", "args->k"))
+            .extra("o_wrong_shape", [](World &w, auto &a) { a.o = output(w, TE_DTYPE_F32, {ATQ, AH, 16}).get(); },
+                   invalid("o"))
+            .extra("m_of_another_context",
+                   [](World &w, auto &a) { a.m = attn_new(w, static_cast<te_context *>(w.make("te_context")), false); },
+                   invalid("m|ctx"));
+      };
+      t.push_back(common(Def<args::te_attention_forward_compute>([](World &w, args::te_attention_forward_compute &a) {
+        a.m = attn_new(w, w.ctx);
+        begin_fp8_scope(w);
+        a.ctx = w.ctx;
+        a.args = &attn_thd_args(w);
+        a.o = attn_o(w).get();
+        te_attention_residuals &r = w.keep(te_attention_residuals{});
+        r.struct_size = sizeof r;
+        a.residuals = &r;
+      })));
+      t.push_back(common(Def<args::te_attention_forward>([](World &w, args::te_attention_forward &a) {
+        a.m = attn_new(w, w.ctx);
+        begin_fp8_scope(w);
+        a.ctx = w.ctx;
+        a.args = &attn_thd_args(w);
+        a.o = attn_o(w).get();
+        a.out = &w.keep<te_attention_backward_ctx *>(nullptr);
+      })));
+      const char *room = "at least residuals_size bytes: SIZE_MAX bytes of room are room enough";
+      t.push_back(common(Def<args::te_attention_forward_compute_into>(
+                             [](World &w, args::te_attention_forward_compute_into &a) {
+                               a.m = attn_new(w, w.ctx);
+                               begin_fp8_scope(w);
+                               a.ctx = w.ctx;
+                               a.args = &attn_thd_args(w);
+                               a.o = attn_o(w).get();
+                               size_t n = 0;
+                               w.ok(te_attention_residuals_size(w.ctx, a.m, a.args, &n), "te_attention_residuals_size");
+                               a.residuals = w.block(n);
+                               a.residuals_bytes = n;
+                               w.watch(a.residuals, n, "residuals");
+                             }))
+                      .expect("residuals_bytes:size_max", accept(room))
+                      .extra("residuals_bytes_short",
+                             [](World &, args::te_attention_forward_compute_into &a) { a.residuals_bytes -= 1; },
+                             invalid("residuals_bytes"))
+                      .extra("residuals_misaligned",
+                             [](World &w, args::te_attention_forward_compute_into &a) {
+                               unsigned char *p = static_cast<unsigned char *>(w.block(a.residuals_bytes + 64));
+                               a.residuals = p + 1;
+                             },
+                             invalid("residuals")));
+      // residuals_size: THD shapes (and the CPU offsets, which it validates).
+      const char *shape_only = "as te_linear's caller-memory calls: it reads only the shapes of args' tensors "
+                               "(their data may be NULL)";
+      t.push_back(attn_tensors(Def<args::te_attention_residuals_size>([](World &w, args::te_attention_residuals_size &a) {
+                                 a.m = attn_new(w, w.ctx);
+                                 begin_fp8_scope(w);
+                                 a.ctx = w.ctx;
+                                 a.args = &attn_thd_args(w);
+                                 a.bytes = &w.keep(size_t(0));
+                               }),
+                               "args")
+                      .expect("args->q:data_null", accept(shape_only))
+                      .expect("args->k:data_null", accept(shape_only))
+                      .expect("args->v:data_null", accept(shape_only))
+                      .extra("cu_seqlens_q_decreasing", cu_q({0, 9, 8}), invalid("args->cu_seqlens_q"))
+                      .extra("max_seqlen_q_0", args_with([](World &, FA &c) { c.max_seqlen_q = 0; }),
+                             invalid("args->max_seqlen_q"))
+                      .check([](World &, const args::te_attention_residuals_size &a, const CallResult &) {
+                        return *a.bytes > 0 ? "" : "0 bytes: the block holds the LSE, so it is never empty";
+                      }));
+    }
+    {
+      // residuals_release and forward_save: residuals of an FP8 THD forward in an open scope.
+      using RR = args::te_attention_residuals_release;
+      t.push_back(Def<RR>([](World &w, RR &a) {
+                    te_attention *m = attn_new(w, w.ctx);
+                    begin_fp8_scope(w);
+                    a.residuals = &attn_residuals(w, m);
+                  })
+                      .inout("residuals")
+                      .extra("internal_garbage",
+                             [](World &w, RR &a) {
+                               te_attention_residuals &c = w.keep(*a.residuals);
+                               c.internal = w.block(64);
+                               a.residuals = &c;
+                             },
+                             no_crash())
+                      .extra("internal_of_a_layernorm_linear",
+                             [](World &w, RR &a) {
+                               te_layernorm_linear *lm = lnl_new(w, w.ctx, false);
+                               te_layernorm_linear_residuals &lr = lnl_residuals(w, lm);
+                               te_attention_residuals &c = w.keep(*a.residuals);
+                               c.internal = lr.internal;
+                               a.residuals = &c;
+                               w.post_check([&w, lm, &lr]() -> std::string {
+                                 te_layernorm_linear_backward_ctx *b = nullptr;
+                                 te_status s = te_layernorm_linear_forward_save(w.ctx, lm, &lr, &b);
+                                 te_layernorm_linear_backward_ctx_destroy(b);
+                                 return s == TE_SUCCESS ? "" : std::string("a LayerNormLinear's residuals were freed "
+                                                                           "through te_attention_residuals_release: ") +
+                                                                   te_last_error();
+                               });
+                             },
+                             no_crash()));
+      using FS = args::te_attention_forward_save;
+      t.push_back(
+          Def<FS>([](World &w, FS &a) {
+            a.m = attn_new(w, w.ctx);
+            begin_fp8_scope(w);
+            a.ctx = w.ctx;
+            a.residuals = &attn_residuals(w, a.m);
+            a.out = &w.keep<te_attention_backward_ctx *>(nullptr);
+          })
+              .inout("residuals")
+              .extra("internal_null",
+                     [](World &w, FS &a) {
+                       te_attention_residuals &c = w.keep(*a.residuals);
+                       c.internal = nullptr;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("internal_garbage",
+                     [](World &w, FS &a) {
+                       te_attention_residuals &c = w.keep(*a.residuals);
+                       c.internal = w.block(64);
+                       a.residuals = &c;
+                     },
+                     invalid("residuals"))
+              .extra("already_saved_copy",
+                     [](World &w, FS &a) {
+                       te_attention_residuals &old = attn_residuals(w, a.m);
+                       te_attention_residuals &copy = w.keep(old);
+                       te_attention_backward_ctx *b = nullptr;
+                       w.ok(te_attention_forward_save(w.ctx, a.m, &old, &b), "te_attention_forward_save");
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("released_copy",
+                     [](World &w, FS &a) {
+                       te_attention_residuals &old = attn_residuals(w, a.m);
+                       te_attention_residuals &copy = w.keep(old);
+                       te_attention_residuals_release(&old);
+                       (void)attn_residuals(w, a.m);
+                       a.residuals = &copy;
+                     },
+                     invalid("residuals"))
+              .extra("residuals_of_another_module",
+                     [](World &w, FS &a) { a.residuals = &attn_residuals(w, attn_new(w, w.ctx, false)); },
+                     invalid("residuals|m"))
+              .extra("internal_of_a_layernorm_linear",
+                     [](World &w, FS &a) {
+                       te_attention_residuals &c = w.keep(*a.residuals);
+                       c.internal = lnl_residuals(w, lnl_new(w, w.ctx, false)).internal;
+                       a.residuals = &c;
+                     },
+                     invalid("residuals")));
+    }
+    {
+      // backward: the backward context of one FP8 step of a used attention, every gradient.
+      using AB = args::te_attention_backward;
+      const char *null_why = "The gradients backward writes, each like its input; any may be NULL.";
+      const char *ga_why = "grads and args may be NULL.";
+      auto grads_with = [](std::function<void(World &, te_attention_grads &)> m) {
+        return [m](World &w, auto &a) {
+          te_attention_grads &c = w.keep(*a.grads);
+          m(w, c);
+          a.grads = &c;
+        };
+      };
+      auto grad_tensors = [null_why, ga_why](auto d) {
+        return d.tensor("d_o", TE_DTYPE_F32, {ATQ, AH, AD})
+            .tensor("grads->dq", TE_DTYPE_F32, {ATQ, AH, AD})
+            .tensor("grads->dk", TE_DTYPE_F32, {ATKV, AKV, AD})
+            .tensor("grads->dv", TE_DTYPE_F32, {ATKV, AKV, AD})
+            .null_ok("grads", ga_why)
+            .null_ok("args", ga_why)
+            .null_ok("grads->dq", null_why)
+            .null_ok("grads->dk", null_why)
+            .null_ok("grads->dv", null_why);
+      };
+      auto bad_grads = [grads_with](auto d) {
+        return d
+            .extra("flags_unknown",
+                   [](World &w, auto &a) {
+                     te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+                     te_linear_backward_args_init(&b);
+                     b.flags = 0x2;
+                     a.args = &b;
+                   },
+                   invalid("args->flags"))
+            .extra("d_o_other_tokens", [](World &w, auto &a) { a.d_o = input(w, TE_DTYPE_F32, {ATQ + 1, AH, AD}, 102).get(); },
+                   invalid("d_o"))
+            .extra("dq_kv_shaped",
+                   grads_with([](World &w, te_attention_grads &c) { c.dq = output(w, TE_DTYPE_F32, {ATKV, AKV, AD}).get(); }),
+                   invalid("grads->dq"))
+            .extra("dk_q_shaped",
+                   grads_with([](World &w, te_attention_grads &c) { c.dk = output(w, TE_DTYPE_F32, {ATQ, AH, AD}).get(); }),
+                   invalid("grads->dk"))
+            .extra("dv_bf16",
+                   grads_with([](World &w, te_attention_grads &c) { c.dv = output(w, TE_DTYPE_BF16, {ATKV, AKV, AD}).get(); }),
+                   invalid("grads->dv"));
+      };
+      t.push_back(bad_grads(grad_tensors(Def<AB>([](World &w, AB &a) {
+                                           a.ctx = w.ctx;
+                                           a.bwd = attn_backward_ctx(w, w.ctx, attn_used(w, w.ctx));
+                                           a.d_o = input(w, TE_DTYPE_F32, {ATQ, AH, AD}, 96).get();
+                                           a.grads = &attn_grads(w);
+                                           te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+                                           w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+                                           a.args = &b;
+                                         })))
+                      .extra("bwd_once_already_run",
+                             [](World &w, AB &a) {
+                               te_attention_backward_ctx *b = attn_backward_ctx(w, w.ctx, attn_new(w, w.ctx, false), false);
+                               te_linear_backward_args ba;
+                               w.ok(te_linear_backward_args_init(&ba), "te_linear_backward_args_init");
+                               ba.flags = TE_BACKWARD_ONCE;
+                               w.ok(te_attention_backward(w.ctx, b, a.d_o, nullptr, &ba), "te_attention_backward (once)");
+                               a.bwd = b;
+                             },
+                             reject({IS}, "as te_linear_backward: TE_BACKWARD_ONCE frees it at the first (later calls: "
+                                          "INVALID_STATE)"))
+                      .extra("bwd_of_another_context",
+                             [](World &w, AB &a) {
+                               te_context *c2 = static_cast<te_context *>(w.make("te_context"));
+                               a.bwd = attn_backward_ctx(w, c2, attn_new(w, c2, false));
+                             },
+                             invalid("bwd|ctx")));
+      t.push_back(Def<args::te_attention_backward_ctx_destroy>([](World &w, args::te_attention_backward_ctx_destroy &a) {
+        a.bwd = attn_backward_ctx(w, w.ctx, attn_new(w, w.ctx, false), false);
+      }));
+      // backward_from: the record of one FP8 THD forward into a block (scope opened and closed here).
+      using BF = args::te_attention_backward_from;
+      const char *room = "at least residuals_size bytes: SIZE_MAX bytes of room are room enough";
+      t.push_back(bad_grads(grad_tensors(attn_tensors(Def<BF>([](World &w, BF &a) {
+                                                        a.ctx = w.ctx;
+                                                        a.m = attn_new(w, w.ctx);
+                                                        a.inputs = &attn_thd_args(w);
+                                                        HostTensor &o = attn_o(w);
+                                                        {
+                                                          FixtureScope scope(w, w.ctx, true);
+                                                          size_t n = 0;
+                                                          w.ok(te_attention_residuals_size(w.ctx, a.m, a.inputs, &n),
+                                                               "te_attention_residuals_size (fixture)");
+                                                          void *p = w.block(n);
+                                                          w.ok(te_attention_forward_compute_into(w.ctx, a.m, a.inputs,
+                                                                                                 o.get(), p, n),
+                                                               "te_attention_forward_compute_into (fixture)");
+                                                          a.residuals = p;
+                                                          a.residuals_bytes = n;
+                                                        }
+                                                        a.o = o.get();
+                                                        a.d_o = input(w, TE_DTYPE_F32, {ATQ, AH, AD}, 96).get();
+                                                        a.grads = &attn_grads(w);
+                                                        te_linear_backward_args &b = w.keep(te_linear_backward_args{});
+                                                        w.ok(te_linear_backward_args_init(&b), "te_linear_backward_args_init");
+                                                        a.args = &b;
+                                                      }),
+                                                      "inputs")))
+                      .tensor("o", TE_DTYPE_F32, {ATQ, AH, AD})
+                      .skip("residuals_bytes:size_max",
+                            std::string(room) + "; an accepted backward_from is a second backward of the pass, which "
+                            "the valid call after it cannot repeat bit for bit (tests/api covers repeated backwards)")
+                      .expect("residuals:null", invalid("residuals"))
+                      .extra("residuals_bytes_short", [](World &, BF &a) { a.residuals_bytes -= 1; },
+                             invalid("residuals_bytes"))
+                      .extra("residuals_no_forward_filled", [](World &w, BF &a) { a.residuals = w.block(a.residuals_bytes); },
+                             invalid("residuals"))
+                      .extra("inputs_other_lengths",
+                             [](World &w, BF &a) {
+                               te_attention_forward_args &c = w.keep(*a.inputs);
+                               c.max_seqlen_q = 6;
+                               a.inputs = &c;
+                             },
+                             invalid("inputs"))
+                      .extra("inputs_offsets_decreasing",
+                             [](World &w, BF &a) {
+                               te_attention_forward_args &c = w.keep(*a.inputs);
+                               c.cu_seqlens_q = attn_raw_offsets(w, {0, 9, 8}).get();
+                               a.inputs = &c;
+                             },
+                             invalid("inputs->cu_seqlens_q"))
+                      .extra("o_other_shape", [](World &w, BF &a) { a.o = input(w, TE_DTYPE_F32, {ATQ, AH, 16}, 103).get(); },
+                             invalid("o"))
+                      .extra("m_of_another_forward",
+                             [](World &w, BF &a) { a.m = attn_new(w, w.ctx, false); }, invalid("residuals")));
+    }
+    {
+      // Scaling states and state save/load of used attentions.
+      using GS = args::te_attention_get_scaling_state;
+      t.push_back(Def<GS>([](World &w, GS &a) {
+                    a.ctx = w.ctx;
+                    a.m = attn_used(w, w.ctx);
+                    a.which = TE_ATTN_DO;
+                    te_scaling_state_info &i = w.keep(te_scaling_state_info{});
+                    i.struct_size = sizeof i;
+                    a.info = &i;
+                    std::vector<float> &h = w.keep(std::vector<float>(16, -7.0f));
+                    a.history = h.data();
+                    a.history_cap = h.size();
+                    w.watch(h.data(), h.size() * sizeof(float), "history[16]");
+                  })
+                      .null_ok("history", "with te_linear's module contract (... scaling-state inspection ...): "
+                                          "`history` may be NULL (te_linear_get_scaling_state)")
+                      .expect("history_cap:size_max",
+                              accept("min(history_cap, amax_history_len) floats are written: the buffer holds "
+                                     "amax_history_len (16)"))
+                      .extra("which_6", [](World &, GS &a) { a.which = static_cast<te_attention_tensor>(6); },
+                             invalid("which"))
+                      .check([](World &, const GS &a, const CallResult &) {
+                        return a.info->amax_history_len == 16 ? "" : "dO's amax_history_len is not the recipe's 16";
+                      }));
+      t.push_back(Def<args::te_attention_state_save>([](World &w, args::te_attention_state_save &a) {
+                    a.ctx = w.ctx;
+                    a.m = attn_used(w, w.ctx);
+                    size_t n = 0;
+                    w.ok(te_attention_state_save(w.ctx, a.m, nullptr, 0, &n), "te_attention_state_save (size)");
+                    a.buf = w.block(n);
+                    a.capacity = n;
+                    a.size = &w.keep(size_t(0));
+                    w.watch(a.buf, n, "buf");
+                  })
+                      .null_ok("buf", "with te_linear's module contract (... state save/load ...): With buf NULL, "
+                                      "only *size is set to the bytes needed (te_linear_state_save)")
+                      .expect("capacity:size_max", accept("capacity is the caller's buffer size: the state fits"))
+                      .extra("capacity_short", [](World &, args::te_attention_state_save &a) { a.capacity -= 1; },
+                             invalid("capacity")));
+      using SL = args::te_attention_state_load;
+      auto bytes = [](std::function<void(std::vector<unsigned char> &)> m) {
+        return [m](World &w, SL &a) {
+          const auto *p = static_cast<const unsigned char *>(a.buf);
+          std::vector<unsigned char> &c = w.keep(std::vector<unsigned char>(p, p + a.size));
+          m(c);
+          a.buf = c.data();
+          a.size = c.size();
+        };
+      };
+      // Layout (core/modules/attention/pool_and_state.cpp, modules/common/state_io.h): "TEAT", u32
+      // version, [heads, kv_heads, head_dim] as i64, then per state (Q, K, V, S, dO, dP): i32
+      // history_len, i32 fp8 dtype, f32 scale, f32 scale_inv, history.
+      const size_t first = 4 + 4 + 3 * 8;
+      auto put32 = [](std::vector<unsigned char> &v, size_t at, int32_t x) { std::memcpy(v.data() + at, &x, 4); };
+      t.push_back(
+          Def<SL>([](World &w, SL &a) {
+            a.ctx = w.ctx;
+            a.m = attn_used(w, w.ctx);
+            std::vector<unsigned char> &s = attn_saved_state(w, attn_used(w, w.ctx));
+            a.buf = s.data();
+            a.size = s.size();
+          })
+              .expect("size:size_max", reject_or_accept("the buffer holds a whole state; te_linear's contract bounds "
+                                                        "nothing but truncation"))
+              .extra("truncated", bytes([](std::vector<unsigned char> &v) { v.pop_back(); }), invalid("buf|size"))
+              .extra("trailing_byte", bytes([](std::vector<unsigned char> &v) { v.push_back(0); }), invalid("buf|size"))
+              .extra("empty", [](World &, SL &a) { a.size = 0; }, invalid("buf|size"))
+              .extra("bad_magic", bytes([](std::vector<unsigned char> &v) { v[3] = 'X'; }), invalid("buf"))
+              .extra("other_version", bytes([](std::vector<unsigned char> &v) { v[4] ^= 0x40; }), invalid("buf"))
+              .extra("history_len_neg1", bytes([put32, first](std::vector<unsigned char> &v) { put32(v, first, -1); }),
+                     invalid("buf"))
+              .extra("fp8_dtype_i32", bytes([put32, first](std::vector<unsigned char> &v) { put32(v, first + 4, TE_DTYPE_I32); }),
+                     invalid("buf"))
+              .extra("other_heads",
+                     [](World &w, SL &a) {
+                       std::vector<unsigned char> &s = attn_saved_state(
+                           w, attn_new(w, w.ctx, false, [](te_attention_options &o) { o.num_heads = 4; }));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf|m"))
+              .extra("other_kv_heads_only",
+                     [](World &w, SL &a) {
+                       std::vector<unsigned char> &s = attn_saved_state(
+                           w, attn_new(w, w.ctx, false, [](te_attention_options &o) { o.num_kv_heads = 2; }));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf|m"))
+              .extra("a_te_linear_state",
+                     [](World &w, SL &a) {
+                       std::vector<unsigned char> &s = saved_state(w, w.lin);
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf"))
+              .extra("a_layernorm_linear_state",
+                     [](World &w, SL &a) {
+                       std::vector<unsigned char> &s = lnl_saved_state(w, lnl_new(w, w.ctx, false));
+                       a.buf = s.data();
+                       a.size = s.size();
+                     },
+                     invalid("buf")));
+    }
+    {
+      // RoPE: x [6, 2, 8] F32 THD (offsets {0, 2, 6}) forward, dy [2, 3, 2, 8] BSHD backward;
+      // freqs F32 [4, 4] (rot_dim 8 = head_dim).
+      t.push_back(Def<args::te_rope_options_init>([](World &w, args::te_rope_options_init &a) {
+        a.opts = &w.keep(te_rope_options{});
+      }));
+      const char *opts_null = "te.h says nothing of a NULL opts (te_rope_options_init's defaults are documented, a "
+                              "NULL opts is not); the implementation takes the defaults. Header/library mismatch, "
+                              "reported: either outcome passes until te.h decides";
+      const char *bshd_words = "BSHD [batch, seq, heads, head_dim], or THD [tokens, heads, head_dim] with "
+                               "cu_seqlens I32 [batch + 1]";
+      auto rope_opts = [](World &w) {
+        te_rope_options &o = w.keep(te_rope_options{});
+        w.ok(te_rope_options_init(&o), "te_rope_options_init");
+        o.interleaved = 1;
+        return &o;
+      };
+      auto opts_with = [](std::function<void(te_rope_options &)> m) {
+        return [m](World &w, auto &a) {
+          te_rope_options &o = w.keep(*a.opts);
+          m(o);
+          a.opts = &o;
+        };
+      };
+      auto rope_common = [=](auto d, const std::string &x, const std::string &y) {
+        return d.tensor("freqs", TE_DTYPE_F32, {4, 4})
+            .wrong_dtype(x, TE_DTYPE_E4M3)
+            .expect("opts:null", reject_or_accept(opts_null))
+            .extra("rot_dim_odd", opts_with([](te_rope_options &o) { o.rot_dim = 7; }),
+                   reject({IA}, "rot_dim odd or above head_dim", "opts->rot_dim"))
+            .extra("rot_dim_above_head_dim", opts_with([](te_rope_options &o) { o.rot_dim = 10; }),
+                   reject({IA}, "rot_dim odd or above head_dim", "opts->rot_dim"))
+            .extra("rot_dim_neg2", opts_with([](te_rope_options &o) { o.rot_dim = -2; }), invalid("opts->rot_dim"))
+            .extra("rot_dim_int_min", opts_with([](te_rope_options &o) { o.rot_dim = INT32_MIN; }),
+                   invalid("opts->rot_dim"))
+            .extra("rot_dim_4_with_full_freqs", opts_with([](te_rope_options &o) { o.rot_dim = 4; }),
+                   reject({IA}, "freqs: F32 [positions, rot_dim / 2]", "freqs"))
+            .extra("freqs_too_few_positions", [](World &w, auto &a) { a.freqs = input(w, TE_DTYPE_F32, {2, 4}, 110).get(); },
+                   reject({IA}, "positions beyond freqs (CPU)", "freqs"))
+            .extra("freqs_1d", [](World &w, auto &a) { a.freqs = input(w, TE_DTYPE_F32, {16}, 111).get(); },
+                   invalid("freqs"))
+            .extra(y + "_other_shape",
+                   [](World &w, auto &a) { rope_out(a) = output(w, TE_DTYPE_F32, {6, 2, 16}).get(); },
+                   invalid(y))
+            .extra(y + "_bf16",
+                   [](World &w, auto &a) {
+                     const te_tensor *src = rope_in(a);
+                     rope_out(a) = output(w, TE_DTYPE_BF16, std::vector<int64_t>(src->shape, src->shape + src->ndim)).get();
+                   },
+                   invalid(y));
+      };
+      t.push_back(
+          rope_common(Def<args::te_rope_forward>([rope_opts](World &w, args::te_rope_forward &a) {
+                        a.ctx = w.ctx;
+                        a.opts = rope_opts(w);
+                        a.x = input(w, TE_DTYPE_F32, {6, 2, AD}, 112).get();
+                        a.freqs = input(w, TE_DTYPE_F32, {4, 4}, 113).get();
+                        a.cu_seqlens = attn_offsets(w, {2, 4}).get();
+                        a.y = output(w, TE_DTYPE_F32, {6, 2, AD}).get();
+                      }),
+                      "x", "y")
+              .tensor("x", TE_DTYPE_F32, {6, 2, AD})
+              .tensor("y", TE_DTYPE_F32, {6, 2, AD})
+              .tensor("cu_seqlens", TE_DTYPE_I32, {3})
+              .expect("cu_seqlens:null", reject({IA}, "THD [tokens, heads, head_dim] with cu_seqlens: without them x "
+                                                      "is read as BSHD and its 3 dimensions are refused", "x|cu_seqlens"))
+              .extra("cu_seqlens_decreasing",
+                     [](World &w, args::te_rope_forward &a) { a.cu_seqlens = attn_raw_offsets(w, {0, 3, 2, 6}).get(); },
+                     reject({IA}, "offsets as attention's", "cu_seqlens"))
+              .extra("cu_seqlens_not_from_0",
+                     [](World &w, args::te_rope_forward &a) { a.cu_seqlens = attn_raw_offsets(w, {2, 2, 6}).get(); },
+                     reject({IA}, "offsets as attention's", "cu_seqlens"))
+              .extra("cu_seqlens_int_min",
+                     [](World &w, args::te_rope_forward &a) {
+                       a.cu_seqlens = attn_raw_offsets(w, {0, INT32_MIN, 6}).get();
+                     },
+                     reject({IA}, "offsets as attention's", "cu_seqlens"))
+              .extra("cu_seqlens_last_short",
+                     [](World &w, args::te_rope_forward &a) { a.cu_seqlens = attn_raw_offsets(w, {0, 2, 5}).get(); },
+                     reject({IA}, "offsets as attention's", "cu_seqlens"))
+              .extra("cu_seqlens_length_beyond_freqs",
+                     [](World &w, args::te_rope_forward &a) { a.cu_seqlens = attn_raw_offsets(w, {0, 1, 6}).get(); },
+                     reject({IA}, "positions beyond freqs (CPU)", "freqs"))
+              .extra("cu_seqlens_int_max_jump",
+                     [](World &w, args::te_rope_forward &a) {
+                       a.cu_seqlens = attn_raw_offsets(w, {0, INT32_MAX, 6}).get();
+                     },
+                     reject({IA}, "offsets as attention's", "cu_seqlens|freqs"))
+              .extra("cu_seqlens_2d",
+                     [](World &w, args::te_rope_forward &a) {
+                       HostTensor &h = attn_offsets(w, {2, 4});
+                       h.t.ndim = 2;
+                       h.t.shape[0] = 1;
+                       h.t.shape[1] = 3;
+                       a.cu_seqlens = h.get();
+                     },
+                     reject({IA}, "cu_seqlens I32 [batch + 1]", "cu_seqlens"))
+              .extra("x_bshd_with_offsets",
+                     [](World &w, args::te_rope_forward &a) {
+                       a.x = input(w, TE_DTYPE_F32, {2, 3, 2, AD}, 114).get();
+                       a.y = output(w, TE_DTYPE_F32, {2, 3, 2, AD}).get();
+                     },
+                     invalid("x"))
+              .extra("in_place",
+                     [](World &w, args::te_rope_forward &a) {
+                       HostTensor &c = w.keep(HostTensor());
+                       c = w.keep(random_tensor(TE_DTYPE_F32, {6, 2, AD}, -2, 2, 112));
+                       a.x = c.get();
+                       a.y = c.get();
+                     },
+                     accept("y is like x and may be x itself (in place)")));
+      t.push_back(
+          rope_common(Def<args::te_rope_backward>([rope_opts](World &w, args::te_rope_backward &a) {
+                        a.ctx = w.ctx;
+                        a.opts = rope_opts(w);
+                        a.dy = input(w, TE_DTYPE_F32, {2, 3, 2, AD}, 115).get();
+                        a.freqs = input(w, TE_DTYPE_F32, {4, 4}, 116).get();
+                        a.cu_seqlens = nullptr;
+                        a.dx = output(w, TE_DTYPE_F32, {2, 3, 2, AD}).get();
+                      }),
+                      "dy", "dx")
+              .tensor("dy", TE_DTYPE_F32, {2, 3, 2, AD})
+              .tensor("dx", TE_DTYPE_F32, {2, 3, 2, AD})
+              .tensor("cu_seqlens", TE_DTYPE_I32, {3})
+              .null_ok("cu_seqlens", bshd_words)
+              .skip("cu_seqlens:*", "the valid call is BSHD and passes no cu_seqlens to mutate (te_rope_forward's THD "
+                                    "fixture mutates them)")
+              .extra("seq_beyond_freqs",
+                     [](World &w, args::te_rope_backward &a) {
+                       a.dy = input(w, TE_DTYPE_F32, {2, 5, 2, AD}, 117).get();
+                       a.dx = output(w, TE_DTYPE_F32, {2, 5, 2, AD}).get();
+                     },
+                     reject({IA}, "positions beyond freqs (CPU)", "freqs"))
+              .extra("dy_thd_without_offsets",
+                     [](World &w, args::te_rope_backward &a) {
+                       a.dy = input(w, TE_DTYPE_F32, {6, 2, AD}, 118).get();
+                       a.dx = output(w, TE_DTYPE_F32, {6, 2, AD}).get();
+                     },
+                     invalid("dy")));
+    }
     return t;
   }();
   return table;
@@ -3067,6 +3879,39 @@ std::string layernorm_probe(World &w, const std::string &t, void *h) {
     te_layernorm_mlp_grads_init(&g);
     g.dx = output(w, TE_DTYPE_F32, {N, N}).get();
     s = te_layernorm_mlp_backward(w.ctx, static_cast<te_layernorm_mlp_backward_ctx *>(h), w.dy.get(), &g, nullptr);
+  }
+  return s == TE_SUCCESS ? "" : std::string(t) + " probe returned " + te_status_string(s) + ": " + te_last_error();
+}
+
+
+// ---- the attention's handle types in the World (world.cpp's knows_handle_type, make, destroy
+// and probe hand these types over) ---------------------------------------------------------------
+
+bool attention_handle_type(const std::string &t) { return t == "te_attention" || t == "te_attention_backward_ctx"; }
+
+// A backward context comes from a high-precision forward of a fresh attention (inside a disabled
+// scope when one is open, so that no pass changes).
+void *attention_make(World &w, const std::string &t) {
+  if (t == "te_attention") return attn_new(w, w.ctx, false);
+  return attn_backward_ctx(w, w.ctx, attn_new(w, w.ctx, false), false);
+}
+
+void attention_destroy(const std::string &t, void *h) {
+  if (t == "te_attention") te_attention_destroy(static_cast<te_attention *>(h));
+  else te_attention_backward_ctx_destroy(static_cast<te_attention_backward_ctx *>(h));
+}
+
+std::string attention_probe(World &w, const std::string &t, void *h) {
+  te_status s;
+  if (t == "te_attention") {
+    size_t n = 0;
+    s = te_attention_state_save(w.ctx, static_cast<te_attention *>(h), nullptr, 0, &n);
+  } else {
+    HostTensor &dout = input(w, TE_DTYPE_F32, {ATQ, AH, AD}, 96);
+    te_attention_grads g;
+    te_attention_grads_init(&g);
+    g.dq = output(w, TE_DTYPE_F32, {ATQ, AH, AD}).get();
+    s = te_attention_backward(w.ctx, static_cast<te_attention_backward_ctx *>(h), dout.get(), &g, nullptr);
   }
   return s == TE_SUCCESS ? "" : std::string(t) + " probe returned " + te_status_string(s) + ": " + te_last_error();
 }

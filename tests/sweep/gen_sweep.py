@@ -106,7 +106,20 @@ class Header:
                 if not decl.strip():
                     continue
                 if "," in decl:
-                    raise GenError("struct %s: one field per declaration expected, got %r" % (m.group(1), decl.strip()))
+                    # A C declarator list ('const te_tensor *q, *k, *v'): the base type of the first
+                    # declarator, then each declarator's own pointer stars and array suffix.
+                    parts = decl.split(",")
+                    first = split_decl(parts[0])
+                    fields.append(first)
+                    base = re.sub(r"[\s*]+$", "", parts[0].strip()[: -len(first[1]) - len(first[2])].rstrip())
+                    if not base:
+                        raise GenError("struct %s: cannot read declaration %r" % (m.group(1), decl.strip()))
+                    for d in parts[1:]:
+                        dm = re.match(r"^\s*(\**)\s*([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*$", d, re.S)
+                        if not dm:
+                            raise GenError("struct %s: cannot read declarator %r of %r" % (m.group(1), d.strip(), decl.strip()))
+                        fields.append(split_decl(base + " " + dm.group(1) + dm.group(2) + (dm.group(3) or "")))
+                    continue
                 fields.append(split_decl(decl))
             self.structs[m.group(1)] = fields
             self.struct_order.append(m.group(1))

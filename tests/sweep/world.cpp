@@ -157,7 +157,8 @@ bool World::build() {
   // One object of each module handle type made by the fixtures' factories (own() hands them to
   // the wrong-type mutations).
   for (const char *t : {"te_grouped_linear", "te_grouped_linear_backward_ctx", "te_layernorm_linear",
-                        "te_layernorm_linear_backward_ctx", "te_layernorm_mlp", "te_layernorm_mlp_backward_ctx"})
+                        "te_layernorm_linear_backward_ctx", "te_layernorm_mlp", "te_layernorm_mlp_backward_ctx",
+                        "te_attention", "te_attention_backward_ctx"})
     modules[t] = make(t);
   // Outputs start as the sentinel again.
   y.fill_byte(0xA5);
@@ -188,10 +189,15 @@ bool layernorm_handle_type(const std::string &t);
 void *layernorm_make(World &w, const std::string &t);
 void layernorm_destroy(const std::string &t, void *h);
 std::string layernorm_probe(World &w, const std::string &t, void *h);
+bool attention_handle_type(const std::string &t);
+void *attention_make(World &w, const std::string &t);
+void attention_destroy(const std::string &t, void *h);
+std::string attention_probe(World &w, const std::string &t, void *h);
 
 bool World::knows_handle_type(const std::string &t) {
   return t == "te_context" || t == "te_recipe" || t == "te_group" || t == "te_linear" ||
-         t == "te_linear_backward_ctx" || grouped_handle_type(t) || layernorm_handle_type(t);
+         t == "te_linear_backward_ctx" || grouped_handle_type(t) || layernorm_handle_type(t) ||
+         attention_handle_type(t);
 }
 
 void *World::own(const std::string &t) const {
@@ -207,6 +213,7 @@ void *World::own(const std::string &t) const {
 void *World::make(const std::string &t) {
   if (grouped_handle_type(t)) return grouped_make(*this, t);
   if (layernorm_handle_type(t)) return layernorm_make(*this, t);
+  if (attention_handle_type(t)) return attention_make(*this, t);
   if (t == "te_context") {
     te_context_options o;
     std::memset(&o, 0, sizeof o);
@@ -259,6 +266,7 @@ void *World::make(const std::string &t) {
 void World::destroy(const std::string &t, void *h) {
   if (grouped_handle_type(t)) grouped_destroy(t, h);
   else if (layernorm_handle_type(t)) layernorm_destroy(t, h);
+  else if (attention_handle_type(t)) attention_destroy(t, h);
   else if (t == "te_context") te_context_destroy(static_cast<te_context *>(h));
   else if (t == "te_recipe") te_recipe_release(static_cast<te_recipe *>(h));
   else if (t == "te_group") te_group_destroy(static_cast<te_group *>(h));
@@ -272,6 +280,7 @@ std::string World::probe(const std::string &t, void *h) {
   };
   if (grouped_handle_type(t)) return grouped_probe(*this, t, h);
   if (layernorm_handle_type(t)) return layernorm_probe(*this, t, h);
+  if (attention_handle_type(t)) return attention_probe(*this, t, h);
   if (t == "te_context") {
     te_device d{};
     te_status s = te_context_get_device(static_cast<te_context *>(h), &d);
