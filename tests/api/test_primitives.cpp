@@ -900,6 +900,13 @@ TEST(DLPack, Versioned) {
   EXPECT_EQ(g_deleter_calls, 0);
 }
 
+TEST(DLPack, Int32IsI32) {
+  DLFixture f(kDLInt, 32);
+  te_tensor t = sentinel_tensor();
+  ASSERT_TE_OK(te_tensor_from_dlpack(&t, &f.m, 0, TE_DTYPE_E4M3));
+  EXPECT_EQ(t.dtype, TE_DTYPE_I32);
+}
+
 TEST(DLPack, Rejections) {
   struct Case { const char *what; const char *arg; std::function<void(DLFixture &)> apply; };
   std::vector<Case> cases = {
@@ -910,7 +917,8 @@ TEST(DLPack, Rejections) {
          for (int i = 0; i < 9; ++i) f.shape[i] = 1;
        }},
       {"ndim -1", nullptr, [](DLFixture &f) { f.m.dl_tensor.ndim = -1; }},
-      {"int32", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype = {kDLInt, 32, 1}; }},
+      {"int64", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype = {kDLInt, 64, 1}; }},
+      {"uint32", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype = {kDLUInt, 32, 1}; }},
       {"float64", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype = {kDLFloat, 64, 1}; }},
       {"2 lanes", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype.lanes = 2; }},
       {"bfloat32", nullptr, [](DLFixture &f) { f.m.dl_tensor.dtype = {kDLBfloat, 32, 1}; }},

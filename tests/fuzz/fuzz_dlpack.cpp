@@ -40,6 +40,7 @@ int expected_dtype(const DlpackSpec &s) {
   if (s.dtype_code == fuzz::kDLBfloat && s.dtype_bits == 16) return TE_DTYPE_BF16;
   if (s.dtype_code == fuzz::kDLFloat8_e4m3fn && s.dtype_bits == 8) return TE_DTYPE_E4M3;
   if (s.dtype_code == fuzz::kDLFloat8_e5m2 && s.dtype_bits == 8) return TE_DTYPE_E5M2;
+  if (s.dtype_code == fuzz::kDLInt && s.dtype_bits == 32) return TE_DTYPE_I32;
   if ((s.dtype_code == fuzz::kDLUInt || s.dtype_code == fuzz::kDLInt) && s.dtype_bits == 8 &&
       (s.fp8_dtype == TE_DTYPE_E4M3 || s.fp8_dtype == TE_DTYPE_E5M2))
     return s.fp8_dtype;
