@@ -145,7 +145,8 @@ end
 # when `versioned` is non-zero) without copying. Ownership stays with the
 # DLPack producer: the caller calls its deleter when done. Accepts
 # float32/float16/bfloat16 (and uint8 viewed as `fp8_dtype`, which must then
-# be TE_DTYPE_E4M3 or TE_DTYPE_E5M2) on kDLCPU, kDLCUDA or kDLCUDAHost.
+# be TE_DTYPE_E4M3 or TE_DTYPE_E5M2, and int32 as TE_DTYPE_I32) on kDLCPU,
+# kDLCUDA or kDLCUDAHost.
 # For FP8 the caller sets out->scale_inv (and out->scaling) afterwards.
 # The producer's tensor must be writable: a DLManagedTensorVersioned flagged
 # DLPACK_FLAG_BITMASK_READ_ONLY is refused (libte may write to any te_tensor).
