@@ -729,3 +729,121 @@ fn i32_views() {
     assert!(!m.as_raw_mut().is_null());
     assert!(TensorView::from_slice(&cu, &[4]).is_err());
 }
+
+#[test]
+fn fp8_caller_memory_equals_library_owned_under_current_scaling() {
+    let lay = Layout::thd(&[1, 17, 33], &[1, 17, 33]);
+    let d = data(51, &lay, &GQA);
+    let (sq, _) = shapes(&lay, &GQA, true);
+    let recipe = Recipe::current_scaling().unwrap();
+    let opts = AttentionOptions {
+        num_kv_heads: 2,
+        mask: AttnMask::Causal,
+        activation_dtype: DType::F32,
+        fp8: true,
+        ..AttentionOptions::new(8, 16)
+    };
+    let mut ctx = Context::cpu().unwrap();
+    let args = d.args(&lay, &GQA, true);
+    let d_o = view(&d.d_o, &sq);
+
+    let mut owned = Attention::new(&ctx, &opts).unwrap();
+    let mut o0 = vec![0.0f32; d.q.len()];
+    let mut g0 = zero_grads(&lay, &GQA);
+    {
+        let mut bwd = {
+            let scope = Autocast::new(&mut ctx, &AutocastOptions::fp8(&recipe)).unwrap();
+            let res = owned
+                .forward_compute(&scope, &args, view_mut(&mut o0, &sq))
+                .unwrap();
+            assert!(res.fp8());
+            assert_eq!(res.q().unwrap().dtype(), DType::E4M3);
+            owned.forward_save(&scope, res).unwrap()
+        };
+        bwd.backward(&ctx, &d_o, grads(&mut g0, &lay, &GQA, true))
+            .unwrap();
+    }
+
+    let mut m = Attention::new(&ctx, &opts).unwrap();
+    let mut o1 = vec![0.0f32; d.q.len()];
+    let mem = {
+        let scope = Autocast::new(&mut ctx, &AutocastOptions::fp8(&recipe)).unwrap();
+        let bytes = m.residuals_size(&scope, &args).unwrap();
+        // The LSE and the E4M3 Q, K, V.
+        assert!(
+            bytes >= lay.tokens_q * 8 * 4 + d.q.len() + 2 * d.k.len(),
+            "{}",
+            bytes
+        );
+        let mut mem = ResidualBuffer::new(bytes);
+        m.forward_compute_into(&scope, &args, &mut view_mut(&mut o1, &sq), &mut mem)
+            .unwrap();
+        mem
+    };
+    assert_eq!(o0, o1);
+    let ov = view(&o1, &sq);
+    let mut g1 = zero_grads(&lay, &GQA);
+    m.backward_from(
+        &ctx,
+        &args,
+        &ov,
+        &mem,
+        &d_o,
+        grads(&mut g1, &lay, &GQA, true),
+    )
+    .unwrap();
+    assert_eq!(g0, g1);
+    let mut g2 = zero_grads(&lay, &GQA);
+    m.backward_from_once(
+        &ctx,
+        &args,
+        &ov,
+        &mem,
+        &d_o,
+        grads(&mut g2, &lay, &GQA, true),
+    )
+    .unwrap();
+    assert_eq!(g1, g2);
+    let err = m
+        .backward_from(
+            &ctx,
+            &args,
+            &ov,
+            &mem,
+            &d_o,
+            grads(&mut g2, &lay, &GQA, true),
+        )
+        .unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument, "{}", err);
+    assert!(
+        err.message().starts_with("te_attention_backward_from"),
+        "{}",
+        err
+    );
+    // Loosely against the f64 reference.
+    let scale = 0.25;
+    let [ro, rdq, rdk, rdv] = reference(
+        &lay,
+        &GQA,
+        AttnMask::Causal,
+        scale,
+        &d.q,
+        &d.k,
+        &d.v,
+        &d.d_o,
+    );
+    for (name, got, want) in [
+        ("O", &o1, &ro),
+        ("dQ", &g1[0], &rdq),
+        ("dK", &g1[1], &rdk),
+        ("dV", &g1[2], &rdv),
+    ] {
+        let e = rel_err(got, want);
+        assert!(
+            e < 0.15,
+            "FP8 current scaling {}: relative error {}",
+            name,
+            e
+        );
+    }
+}
