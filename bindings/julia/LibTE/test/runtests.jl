@@ -1135,6 +1135,23 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         info, hist = scaling_state(m, LibTE.TE_ATTN_Q; history = true)
         @test info.scale == 1.0f0
 
+        # FP8 (current scaling): E4M3 residuals, close to the reference.
+        m8 = Attention(ctx, H, d; num_kv_heads = G, mask = :causal, fp8 = true)
+        @test occursin("fp8", sprint(show, m8))
+        o8, dq8 = zeros(Float32, size(q)), zeros(Float32, size(q))
+        b8 = autocast(ctx; recipe = Recipe(:current)) do
+            res8 = forward_compute!(o8, m8, q, k, v)
+            rt8 = LibTE.residual_tensors(res8)
+            @test rt8.fp8 && rt8.q isa LibTE.Float8Array
+            forward_save(res8, m8)
+        end
+        backward!(b8, dO; dq = dq8)
+        r8 = attn_ref(tokens(q), tokens(k), tokens(v), tokens(dO), [(b * S, S, b * S, S) for b in 0:B-1],
+                      :causal, 1 / sqrt(d))
+        @test relerr(tokens(o8), r8[1]) < 0.15
+        @test relerr(tokens(dq8), r8[2]) < 0.15
+        close(b8)
+
         # Bad input: LibTEError naming the function.
         e = thrown(() -> Attention(ctx, 4, 12))
         @test e isa LibTEError && e.status == TE_ERROR_INVALID_ARGUMENT
