@@ -696,7 +696,11 @@ function _args_value(rx, rw, rb, weight_unchanged::Bool)
 end
 
 _view_or_null(x) = x === nothing ? nothing : TensorView(x)
-_ref_or_null(v) = v === nothing ? nothing : Ref(v.t)
+# A te_tensor for C in a 1-element Vector, not a Ref: C structs hold pointers to these (args,
+# grads), and Julia 1.5 may place a non-escaping Ref on the stack and reuse its slot inside a
+# GC.@preserve block (seen: a stale args->ln_out in a forward); a Vector's memory is on the heap
+# and stays put while rooted. ccall takes a Vector{te_tensor} for a `te_tensor *` as it does a Ref.
+_ref_or_null(v) = v === nothing ? nothing : te_tensor[v.t]
 _ptr(r) = r === nothing ? Ptr{te_tensor}(C_NULL) : Base.unsafe_convert(Ptr{te_tensor}, r)
 
 """
@@ -710,7 +714,7 @@ FP8 copy of `W` cached by the last FP8 forward (TE's `is_first_microbatch = fals
 function forward!(y, lin::Linear, x, W, b = nothing; weight_unchanged::Bool = false)
     _check_bias(lin, b)
     yv, xv, wv, bv = TensorView(y), TensorView(x), TensorView(W), _view_or_null(b)
-    ry, rx, rw, rb = Ref(yv.t), Ref(xv.t), Ref(wv.t), _ref_or_null(bv)
+    ry, rx, rw, rb = te_tensor[yv.t], te_tensor[xv.t], te_tensor[wv.t], _ref_or_null(bv)
     out = Ref{Ptr{te_linear_backward_ctx}}(C_NULL)
     ctx = lin.ctx
     return _with(ctx) do
@@ -744,7 +748,7 @@ with [`forward_save`](@ref) when the framework wants the two halves apart (PyTor
 function forward_compute!(y, lin::Linear, x, W, b = nothing; weight_unchanged::Bool = false)
     _check_bias(lin, b)
     yv, xv, wv, bv = TensorView(y), TensorView(x), TensorView(W), _view_or_null(b)
-    ry, rx, rw, rb = Ref(yv.t), Ref(xv.t), Ref(wv.t), _ref_or_null(bv)
+    ry, rx, rw, rb = te_tensor[yv.t], te_tensor[xv.t], te_tensor[wv.t], _ref_or_null(bv)
     storage = Ref(sized(te_linear_residuals))
     ctx = lin.ctx
     return _with(ctx) do
@@ -818,7 +822,7 @@ as it returns; a second call then throws.
 """
 function backward!(bwd::BackwardCtx, dy; dx = nothing, dw = nothing, db = nothing, once::Bool = false)
     dyv, dxv, dwv, dbv = TensorView(dy), _view_or_null(dx), _view_or_null(dw), _view_or_null(db)
-    rdy, rdx, rdw, rdb = Ref(dyv.t), _ref_or_null(dxv), _ref_or_null(dwv), _ref_or_null(dbv)
+    rdy, rdx, rdw, rdb = te_tensor[dyv.t], _ref_or_null(dxv), _ref_or_null(dwv), _ref_or_null(dbv)
     args = with(initialized(te_linear_backward_args_init, te_linear_backward_args);
                 flags = once ? TE_BACKWARD_ONCE : Cuint(0))
     ctx = bwd.ctx
@@ -892,7 +896,7 @@ first), `y` is `n × tokens`.
 """
 function activation!(y, ctx::Context, act, x)
     yv, xv = TensorView(y), TensorView(x)
-    ry, rx = Ref(yv.t), Ref(xv.t)
+    ry, rx = te_tensor[yv.t], te_tensor[xv.t]
     _with(ctx) do
         GC.@preserve yv xv check(te_activation_forward(ctx, _act(act), rx, ry))
     end
@@ -902,7 +906,7 @@ end
 """`activation_backward!(dx, ctx, act, x, dy)`: `dx = dy .* act'(x)`."""
 function activation_backward!(dx, ctx::Context, act, x, dy)
     dxv, xv, dyv = TensorView(dx), TensorView(x), TensorView(dy)
-    rdx, rx, rdy = Ref(dxv.t), Ref(xv.t), Ref(dyv.t)
+    rdx, rx, rdy = te_tensor[dxv.t], te_tensor[xv.t], te_tensor[dyv.t]
     _with(ctx) do
         GC.@preserve dxv xv dyv check(te_activation_backward(ctx, _act(act), rx, rdy, rdx))
     end

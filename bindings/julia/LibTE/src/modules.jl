@@ -629,7 +629,7 @@ function _grouped_call(call, m::GroupedLinear, y, x, m_splits, Ws, bs, weight_un
     wts, wps = _tensor_array(wv)
     bts, bps = bv === nothing ? (nothing, nothing) : _tensor_array(bv)
     yv, xv = TensorView(y), TensorView(x)
-    ry, rx = Ref(yv.t), Ref(xv.t)
+    ry, rx = te_tensor[yv.t], te_tensor[xv.t]
     GC.@preserve splits wv bv wts wps bts bps yv xv ry rx begin
         args = with(initialized(te_grouped_linear_forward_args_init, te_grouped_linear_forward_args);
                     input = _ptr(rx), m_splits = pointer(splits), weights = pointer(wps),
@@ -707,7 +707,7 @@ function backward!(bwd::GroupedLinearBackwardCtx, dy; dx = nothing, dw = nothing
     bv = db === nothing ? nothing : map(TensorView, db)
     wts, wps = wv === nothing ? (nothing, nothing) : _tensor_array(wv)
     bts, bps = bv === nothing ? (nothing, nothing) : _tensor_array(bv)
-    rdy, rdx = Ref(dyv.t), _ref_or_null(dxv)
+    rdy, rdx = te_tensor[dyv.t], _ref_or_null(dxv)
     ctx = bwd.ctx
     _with(ctx) do
         h = _live(bwd)

@@ -44,7 +44,7 @@ function norm_forward!(out, ctx::Context, x, gamma, beta = nothing; kind = :laye
                        scale = nothing, amax = nothing, amax_epsilon::Real = 0, power_of_2_scales::Bool = false)
     xv, gv, bv = TensorView(x), TensorView(gamma), _view_or_null(beta)
     ov, otv, mv, rv = _view_or_null(out), _view_or_null(out_t), _view_or_null(mu), _view_or_null(rsigma)
-    rx, rg, rb = Ref(xv.t), Ref(gv.t), _ref_or_null(bv)
+    rx, rg, rb = te_tensor[xv.t], te_tensor[gv.t], _ref_or_null(bv)
     ro, rot, rm, rr = _ref_or_null(ov), _ref_or_null(otv), _ref_or_null(mv), _ref_or_null(rv)
     s, a = _one_float(scale, "scale"), _amax_buffer(amax)
     opts = Ref(_norm_options(kind, eps, zero_centered_gamma))
@@ -96,7 +96,7 @@ function norm_backward!(dx, dgamma, dbeta, ctx::Context, dy, x, gamma, mu, rsigm
                         eps::Real = 1.0f-5, zero_centered_gamma::Bool = false)
     dyv, xv, gv, mv, rv = TensorView(dy), TensorView(x), TensorView(gamma), _view_or_null(mu), TensorView(rsigma)
     dxv, dgv, dbv = _view_or_null(dx), _view_or_null(dgamma), _view_or_null(dbeta)
-    rdy, rx, rg, rm, rr = Ref(dyv.t), Ref(xv.t), Ref(gv.t), _ref_or_null(mv), Ref(rv.t)
+    rdy, rx, rg, rm, rr = te_tensor[dyv.t], te_tensor[xv.t], te_tensor[gv.t], _ref_or_null(mv), te_tensor[rv.t]
     rdx, rdg, rdb = _ref_or_null(dxv), _ref_or_null(dgv), _ref_or_null(dbv)
     opts = Ref(_norm_options(kind, eps, zero_centered_gamma))
     _with(ctx) do

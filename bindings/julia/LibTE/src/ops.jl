@@ -101,7 +101,7 @@ max-accumulated into its first element.
 function quantize!(out::Float8Array, ctx::Context, x; scale = nothing, amax = nothing,
                    amax_epsilon::Real = 0, power_of_2_scales::Bool = false)
     xv, ov = TensorView(x), TensorView(out)
-    rx, ro = Ref(xv.t), Ref(ov.t)
+    rx, ro = te_tensor[xv.t], te_tensor[ov.t]
     s, a = _one_float(scale, "scale"), _amax_buffer(amax)
     _with(ctx) do
         GC.@preserve xv ov s a begin
@@ -134,7 +134,7 @@ function cast_transpose!(out::Union{Nothing,Float8Array}, out_t::Union{Nothing,F
                          scale = nothing, amax = nothing, amax_epsilon::Real = 0, power_of_2_scales::Bool = false)
     xv = TensorView(x)
     ov, otv = _view_or_null(out), _view_or_null(out_t)
-    rx, ro, rot = Ref(xv.t), _ref_or_null(ov), _ref_or_null(otv)
+    rx, ro, rot = te_tensor[xv.t], _ref_or_null(ov), _ref_or_null(otv)
     s, a = _one_float(scale, "scale"), _amax_buffer(amax)
     _with(ctx) do
         GC.@preserve xv ov otv ro rot s a begin
@@ -163,7 +163,7 @@ end
 """
 function dequantize!(out, ctx::Context, x::Float8Array)
     xv, ov = TensorView(x), TensorView(out)
-    rx, ro = Ref(xv.t), Ref(ov.t)
+    rx, ro = te_tensor[xv.t], te_tensor[ov.t]
     _with(ctx) do
         GC.@preserve xv ov check(te_dequantize(ctx, rx, ro))
     end
@@ -176,7 +176,7 @@ dequantize(ctx::Context, x::Float8Array; T::Type = Float32) = dequantize!(zeros(
 """`amax(ctx, x) -> Float32`: `maximum(abs, x)` computed by libte (NaN when `x` holds one)."""
 function amax(ctx::Context, x)
     xv = TensorView(x)
-    rx = Ref(xv.t)
+    rx = te_tensor[xv.t]
     out = Ref{Float32}(0)
     _with(ctx) do
         GC.@preserve xv check(te_amax(ctx, rx, out))
@@ -208,7 +208,7 @@ function gemm!(D, ctx::Context, A, B; transa::Bool = false, transb::Bool = false
                use_split_accumulator::Bool = false)
     av, bv, dv = TensorView(A), TensorView(B), TensorView(D)
     biasv, gv = _view_or_null(bias), _view_or_null(gelu_input)
-    ra, rb, rd, rbias, rg = Ref(av.t), Ref(bv.t), Ref(dv.t), _ref_or_null(biasv), _ref_or_null(gv)
+    ra, rb, rd, rbias, rg = te_tensor[av.t], te_tensor[bv.t], te_tensor[dv.t], _ref_or_null(biasv), _ref_or_null(gv)
     epilogue = bias === nothing ? (gelu ? TE_EPILOGUE_GELU : TE_EPILOGUE_NONE) :
                (gelu ? TE_EPILOGUE_BIAS_GELU : TE_EPILOGUE_BIAS)
     _with(ctx) do
