@@ -133,9 +133,11 @@ def test_fp8_within_fp8_tolerance(kind):
     for _ in range(3):  # delayed scaling: scales from the previous steps' amaxes
         with lt.autocast(recipe=recipe):
             y, g = fwd_bwd(m, ts, dy)
-    assert rel(y, yr) < 0.06
+    # libte's CPU reference numerics on this shape: O 4.8%, dQ/dK 9.7%, dV 6.6% (E4M3 Q, K, V,
+    # P; dO and dS in E5M2 under HYBRID); BF16 alone 0.2%.
+    assert rel(y, yr) < 0.07
     for a, r in zip(g, gr):
-        assert rel(a, r) < 0.12
+        assert rel(a, r) < 0.14
     with lt.autocast(recipe=libte.Recipe(kind="block")):
         with pytest.raises(libte.Unsupported):
             m(*ts)
