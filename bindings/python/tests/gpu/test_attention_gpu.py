@@ -119,8 +119,11 @@ def test_thd_matches_sdpa_per_sequence():
         ts = [x.detach()[None, a:a + n].float().requires_grad_() for x in (q, k, v)]
         yr, gr = fwd_bwd(sdpa, ts, dy[None, a:a + n].float())
         assert rel(y[a:a + n], yr[0]) < 1e-2, i
-        for grad, r in zip((q.grad, k.grad, v.grad), gr):
-            assert rel(grad[a:a + n], r[0]) < 2e-2, i
+        for name, grad, r in zip("qkv", (q.grad, k.grad, v.grad), gr):
+            if n == 1 and name != "v":  # one key: softmax's gradient is exactly 0
+                assert grad[a].abs().max() < 1e-3 and r[0].abs().max() < 1e-3
+                continue
+            assert rel(grad[a:a + n], r[0]) < 2e-2, (i, name)
 
 
 @pytest.mark.parametrize("kind", ["delayed", "current"])
