@@ -1162,8 +1162,8 @@ TE_API te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear
 /* Scaled dot-product attention, TE's DotProductAttention: O = softmax(scale *
  * Q K^T + mask) V for every sequence and query head, with te_linear's module
  * contract (options, create/destroy, a pure forward_compute that fills a
- * residuals struct, forward_save, forward, a backward callable again with
- * identical results until its context is destroyed or TE_BACKWARD_ONCE,
+ * residuals struct, forward_save, forward, a backward callable again until its
+ * context is destroyed or TE_BACKWARD_ONCE (bitwise identical: see below),
  * scaling-state inspection, state save/load, residuals in the caller's memory).
  *
  * Layouts (row-major, contiguous), `heads` query heads and `kv_heads` key/value
@@ -1229,9 +1229,13 @@ TE_API void te_attention_destroy(te_attention *m);
 
 typedef struct te_attention_forward_args {
   size_t struct_size;
-  const te_tensor *q, *k, *v;
-  const te_tensor *cu_seqlens_q, *cu_seqlens_kv; /* THD; both NULL for BSHD */
-  int64_t max_seqlen_q, max_seqlen_kv;           /* THD: required, > 0 */
+  const te_tensor *q;
+  const te_tensor *k;
+  const te_tensor *v;
+  const te_tensor *cu_seqlens_q;  /* THD; both NULL for BSHD */
+  const te_tensor *cu_seqlens_kv;
+  int64_t max_seqlen_q;           /* THD: required, > 0 */
+  int64_t max_seqlen_kv;
 } te_attention_forward_args;
 
 TE_API te_status te_attention_forward_args_init(te_attention_forward_args *args);
@@ -1240,7 +1244,9 @@ TE_API te_status te_attention_forward_args_init(te_attention_forward_args *args)
  * struct_size before the call. */
 typedef struct te_attention_residuals {
   size_t struct_size;
-  te_tensor q, k, v; /* FP8: the E4M3 copies with scale_inv; else the caller's */
+  te_tensor q;       /* FP8: the E4M3 copies with scale_inv; else the caller's */
+  te_tensor k;
+  te_tensor v;
   te_tensor o;       /* the forward's output (the caller's) */
   te_tensor lse;     /* F32 [tokens_q, heads]: the rows' log-sum-exp */
   int32_t fp8;
@@ -1271,7 +1277,9 @@ TE_API te_status te_attention_forward(te_context *ctx, te_attention *m,
 /* The gradients backward writes, each like its input; any may be NULL. */
 typedef struct te_attention_grads {
   size_t struct_size;
-  te_tensor *dq, *dk, *dv;
+  te_tensor *dq;
+  te_tensor *dk;
+  te_tensor *dv;
 } te_attention_grads;
 
 TE_API te_status te_attention_grads_init(te_attention_grads *grads);
@@ -1287,8 +1295,14 @@ TE_API void te_attention_backward_ctx_destroy(te_attention_backward_ctx *bwd);
 /* Residuals in the caller's memory: as te_linear's caller-memory calls (records,
  * 16-byte alignment, errors). The block holds the LSE (F32 [tokens_q, heads]) and
  * under FP8 the E4M3 Q, K, V with their scale_inv, so it is never empty.
- * backward_from takes the forward's inputs again (they may have moved; in high
- * precision q, k, v are read from them) and its output o. */
+ * residuals_size reads shapes only (every data pointer, the offsets' too, may be
+ * NULL). backward_from takes the forward's inputs again (they may have moved; in
+ * high precision q, k, v are read from them) and its output o.
+ *
+ * Repeated backwards: on the CPU and with libte's CUDA kernels a repeated backward
+ * is bit-identical; cuDNN's fused backward (the CUDA default where it applies)
+ * accumulates dQ with atomics, so a repeat may differ in dQ's last bits: set
+ * TE_ATTENTION_IMPL=kernel where bitwise reproducibility matters more than speed. */
 TE_API te_status te_attention_residuals_size(te_context *ctx, const te_attention *m,
                                              const te_attention_forward_args *args, size_t *bytes);
 TE_API te_status te_attention_forward_compute_into(te_context *ctx, te_attention *m,
