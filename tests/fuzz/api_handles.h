@@ -70,6 +70,7 @@ inline void Program::destroy_context(int slot) {
     }
   moe_drop_context(slot);
   ln_drop_context(slot);
+  attn_drop_context(slot);
   for (size_t i = 0; i < blocks_.size();) {
     if (blocks_[i].ctx == slot) {
       FUZZ_ASSERT(TE_CALL(te_context_free, c.h, blocks_[i].p) == TE_SUCCESS, "te_context_free of a live block failed");

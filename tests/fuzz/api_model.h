@@ -72,6 +72,14 @@ enum Op : uint8_t {
   OP_CR_FORWARD,
   OP_CR_BACKWARD,
   OP_CR_DESTROY,
+  OP_ATTN_CREATE,
+  OP_ATTN_DESTROY,
+  OP_ATTN_FORWARD,
+  OP_ATTN_BACKWARD,
+  OP_ATTN_BACKWARD_DESTROY,
+  OP_ATTN_CALLER,
+  OP_ATTN_STATE,
+  OP_ROPE,
   OP_COUNT
 };
 
@@ -85,7 +93,8 @@ inline const char *op_name(uint8_t op) {
       "context_misc", "wrong_handle", "train_step", "norm_forward", "norm_backward",
       "grouped_create", "grouped_destroy", "grouped_forward", "grouped_backward", "grouped_backward_destroy",
       "grouped_state", "ln_create", "ln_destroy", "ln_forward", "ln_backward", "ln_backward_destroy", "ln_state",
-      "cr_size", "cr_forward", "cr_backward", "cr_destroy"};
+      "cr_size", "cr_forward", "cr_backward", "cr_destroy", "attn_create", "attn_destroy", "attn_forward",
+      "attn_backward", "attn_backward_destroy", "attn_caller", "attn_state", "rope"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

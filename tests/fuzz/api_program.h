@@ -199,6 +199,53 @@ class Program {
     size_t bytes = 0;
   };
 
+  // Attention (api_attention.h): modules, the tensors of every forward (alive until the end:
+  // residuals reference them), backward contexts, caller-memory blocks; RoPE's tensors.
+  static constexpr int kAttnSlots = 3, kAttnBwdSlots = 4, kAttnCrSlots = 2;
+  struct AttnCfg {
+    int heads = 2, kv = 1, hd = 8, dtype = TE_DTYPE_F32, mask = 0, fp8 = 0;
+    float scale = 0.0f;
+  };
+  struct AttnSlot {
+    te_attention *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    AttnCfg cfg;
+  };
+  struct AttnIn {
+    AttnCfg cfg;
+    bool thd = false;
+    int64_t batch = 1, tq = 0, tkv = 0, max_q = 0, max_kv = 0;
+    std::vector<int32_t> lens_q, lens_kv;
+    Tensor q, k, v, o, cq, ckv;
+    te_attention_forward_args a{};
+  };
+  struct AttnGrads {
+    Tensor d_o, dq, dk, dv;
+    te_attention_grads g{};
+    bool null_grads = false;
+  };
+  struct AttnBwdSlot {
+    te_attention_backward_ctx *h = nullptr;
+    bool live = false;
+    int ctx = 0;
+    AttnCfg cfg;
+    AttnIn *in = nullptr;
+    int fp8 = 0;
+    bool once_done = false;
+  };
+  struct AttnCrSlot {
+    bool filled = false, once_done = false;
+    int ms = -1, ctx = 0;
+    te_attention *m = nullptr;
+    AttnIn *in = nullptr;
+    const void *block = nullptr;
+    size_t bytes = 0;
+  };
+  struct RopeBufs {
+    Tensor x, y, freqs, cu, inplace, back;
+  };
+
   Reader &R;
   uint32_t serial_ = 0;
   CrSlot cr_[kCrSlots];
@@ -229,6 +276,14 @@ class Program {
   std::vector<std::unique_ptr<LnBufs>> all_ln_bufs_;
   std::unique_ptr<LnBufs> ln_stand_in_;
   LnBwdSlot ln_bwd_[kLnBwdSlots];
+  AttnSlot attn_[kAttnSlots];
+  std::vector<te_attention *> dead_attn_;
+  AttnBwdSlot attn_bwd_[kAttnBwdSlots];
+  AttnCrSlot attn_cr_[kAttnCrSlots];
+  std::vector<std::unique_ptr<AttnIn>> attn_keep_;
+  std::vector<std::unique_ptr<AttnGrads>> attn_grad_keep_;
+  std::vector<std::unique_ptr<RopeBufs>> rope_keep_;
+  std::vector<Blob> attn_blocks_;
 
   // ---- helpers (api_arguments.h) ----
   static std::vector<uint8_t> bytes_of(const void *p, size_t n) {
@@ -373,6 +428,23 @@ class Program {
   void cr_backward();
   void cr_destroy();
 
+  // ---- attention and RoPE (api_attention.h) ----
+  te_attention *attn_arg(bool &mf, int &slot);
+  std::vector<uint8_t> attn_state(te_context *ctx, te_attention *m);
+  void attn_create();
+  void attn_destroy();
+  AttnIn *attn_inputs(const AttnCfg &c, bool &mf, bool allow_perturb);
+  void attn_fresh_bwd(te_attention_backward_ctx *h, int cs, const AttnCfg &c, AttnIn *in, int fp8);
+  int attn_mode(const AttnCfg &c, int cs) const;
+  void attn_forward();
+  void attn_grads(AttnIn &I, AttnGrads &G, bool &mf, bool perturb);
+  void attn_backward();
+  void attn_backward_destroy();
+  void attn_caller();
+  void attn_state_op();
+  void rope_op();
+  void attn_drop_context(int slot);
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -476,6 +548,14 @@ class Program {
       case OP_CR_FORWARD: cr_forward(); break;
       case OP_CR_BACKWARD: cr_backward(); break;
       case OP_CR_DESTROY: cr_destroy(); break;
+      case OP_ATTN_CREATE: attn_create(); break;
+      case OP_ATTN_DESTROY: attn_destroy(); break;
+      case OP_ATTN_FORWARD: attn_forward(); break;
+      case OP_ATTN_BACKWARD: attn_backward(); break;
+      case OP_ATTN_BACKWARD_DESTROY: attn_backward_destroy(); break;
+      case OP_ATTN_CALLER: attn_caller(); break;
+      case OP_ATTN_STATE: attn_state_op(); break;
+      case OP_ROPE: rope_op(); break;
       default: break;
     }
   }
@@ -494,6 +574,7 @@ class Program {
       }
     for (int i = 0; i < kCtxSlots; ++i) moe_drop_context(i);
     for (int i = 0; i < kCtxSlots; ++i) ln_drop_context(i);
+    for (int i = 0; i < kCtxSlots; ++i) attn_drop_context(i);
     for (auto &l : lin_)
       if (l.live) {
         te_linear_destroy(l.h);
@@ -529,4 +610,5 @@ class Program {
 #include "api_grouped.h"
 #include "api_layernorm.h"
 #include "api_caller.h"
+#include "api_attention.h"
 #include "api_misc.h"

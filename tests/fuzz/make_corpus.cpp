@@ -227,6 +227,11 @@ void api_corpus(const std::string &dir) {
        {OP_LINEAR_CREATE, OP_CR_SIZE, OP_CR_FORWARD, OP_CR_BACKWARD, OP_AUTOCAST_BEGIN, OP_CR_SIZE, OP_CR_FORWARD,
         OP_CR_FORWARD, OP_CR_BACKWARD, OP_AUTOCAST_END, OP_CR_BACKWARD, OP_CR_BACKWARD, OP_CR_DESTROY,
         OP_CR_BACKWARD}},
+      {"attention",
+       {OP_ATTN_CREATE, OP_ATTN_FORWARD, OP_ATTN_BACKWARD, OP_AUTOCAST_BEGIN, OP_ATTN_FORWARD, OP_ATTN_FORWARD,
+        OP_AUTOCAST_END, OP_ATTN_BACKWARD, OP_ATTN_BACKWARD, OP_ATTN_STATE, OP_ATTN_STATE, OP_ATTN_CALLER,
+        OP_ATTN_CALLER, OP_ATTN_CALLER, OP_ATTN_BACKWARD_DESTROY, OP_ATTN_DESTROY, OP_ATTN_FORWARD}},
+      {"rope", {OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
@@ -234,7 +239,7 @@ void api_corpus(const std::string &dir) {
     std::vector<uint8_t> ops;
     std::vector<std::vector<uint8_t>> args;  // per operation
   };
-  const std::vector<Aimed> aimed = {
+  std::vector<Aimed> aimed = {
       // a by-value copy of residuals released after the original was saved, then backward
       {"aim-residual-copy-released-after-save",
        {OP_LINEAR_CREATE, OP_AUTOCAST_BEGIN, OP_FORWARD_COMPUTE, OP_RESIDUALS_COPY, OP_FORWARD_SAVE,
@@ -304,6 +309,15 @@ void api_corpus(const std::string &dir) {
         {0},
         {0}}},
   };
+  // FP8 attention (create's fp8 byte 200) in a delayed-scaling pass: THD forwards, backward
+  // twice, a caller-memory forward and backward_from, state reads; the module destroyed while a
+  // backward context and a record are pending, then used.
+  aimed.push_back({"aim-attention-fp8-pass",
+                   {OP_ATTN_CREATE, OP_AUTOCAST_BEGIN, OP_ATTN_FORWARD, OP_ATTN_CALLER, OP_AUTOCAST_END,
+                    OP_ATTN_BACKWARD, OP_ATTN_BACKWARD, OP_ATTN_CALLER, OP_ATTN_STATE, OP_ATTN_STATE, OP_ATTN_DESTROY,
+                    OP_ATTN_BACKWARD, OP_ATTN_CALLER, OP_ATTN_FORWARD},
+                   {{0, 0, 0, 0, 0, 0, 0, 0, 200}, {}, {0}, {0, 0, 0}, {}, {0}, {0}, {0, 0, 0, 200}, {0, 0, 0},
+                    {0, 0, 200}, {0}, {0}, {0, 0, 0, 200}, {0}}});
   for (const Aimed &a : aimed) {
     Reader rec(a.ops, 99, 0, a.args);
     {
