@@ -38,9 +38,9 @@ AttentionInputs to_core(const te_attention_forward_args *a, const char *p, bool 
   r.q = view(a->q, "q");
   r.k = view(a->k, "k");
   r.v = view(a->v, "v");
-  // Offsets are read on the host (CPU contexts) to validate them, so even a size query needs them.
-  r.cu_seqlens_q = to_optional_view(a->cu_seqlens_q, ArgName(p, "cu_seqlens_q"));
-  r.cu_seqlens_kv = to_optional_view(a->cu_seqlens_kv, ArgName(p, "cu_seqlens_kv"));
+  auto offsets = [&](const te_tensor *t, const char *f) { return t ? view(t, f) : TensorView(); };
+  r.cu_seqlens_q = offsets(a->cu_seqlens_q, "cu_seqlens_q");
+  r.cu_seqlens_kv = offsets(a->cu_seqlens_kv, "cu_seqlens_kv");
   r.max_seqlen_q = a->max_seqlen_q;
   r.max_seqlen_kv = a->max_seqlen_kv;
   return r;

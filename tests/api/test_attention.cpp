@@ -481,6 +481,19 @@ void check_caller_memory(te_context *ctx, te_recipe *recipe) {
   size_t bytes = 0;
   ASSERT_TE_OK(te_attention_residuals_size(ctx, m2.get(), &a, &bytes));
   EXPECT_GE(bytes, static_cast<size_t>(s.tokens_q() * s.heads * 4));
+  {  // shapes only: no data anywhere (a framework's fake tensors)
+    te_tensor q = *p.q.get(), k = *p.k.get(), v = *p.v.get(), cq = *p.cu_q.get(), ckv = *p.cu_kv.get();
+    q.data = k.data = v.data = cq.data = ckv.data = nullptr;
+    te_attention_forward_args shapes = a;
+    shapes.q = &q;
+    shapes.k = &k;
+    shapes.v = &v;
+    shapes.cu_seqlens_q = &cq;
+    shapes.cu_seqlens_kv = &ckv;
+    size_t shape_bytes = 0;
+    ASSERT_TE_OK(te_attention_residuals_size(ctx, m2.get(), &shapes, &shape_bytes));
+    EXPECT_EQ(shape_bytes, bytes);
+  }
   std::vector<double> block((bytes + 7) / 8);
   HostTensor o = make_tensor(p.dt, qshape(s, s.heads));
   ASSERT_TE_OK(te_attention_forward_compute_into(ctx, m2.get(), &a, o.get(), block.data(), bytes));

@@ -53,7 +53,7 @@ class Attention : public Handle {
 // What the forward takes (te_attention_forward_args): q, k, v and, for THD, the offsets.
 struct AttentionInputs {
   TensorView q, k, v;
-  TensorView cu_seqlens_q, cu_seqlens_kv;  // data == nullptr: BSHD
+  TensorView cu_seqlens_q, cu_seqlens_kv;  // ndim == 0: BSHD (data == nullptr with ndim > 0: shapes only)
   int64_t max_seqlen_q = 0, max_seqlen_kv = 0;
 };
 

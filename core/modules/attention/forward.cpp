@@ -28,7 +28,7 @@ void check_offsets(const TensorView &cu, const char *name, int64_t tokens, int64
   if (cu.ndim != 1 || cu.shape[0] < 2)
     fail(Status::InvalidArgument, "argument '%s': expected 1 dimension [batch + 1] with batch >= 1, got %d dims of %lld",
          name, cu.ndim, (long long)cu.shape[0]);
-  if (dev.type != DeviceType::CPU) return;
+  if (dev.type != DeviceType::CPU || !cu.data) return;  // no data: a size query (shapes only)
   const int32_t *c = static_cast<const int32_t *>(cu.data);
   if (c[0] != 0) fail(Status::InvalidArgument, "argument '%s': expected offsets starting at 0, got %d", name, c[0]);
   for (int64_t b = 0; b + 1 < cu.shape[0]; ++b) {
@@ -54,7 +54,8 @@ AttentionDims attention_validate(Context &ctx, const AttentionOptions &o, const 
   check_tensor(in.q, ArgName(p, "q"), dt, dev);
   check_tensor(in.k, ArgName(p, "k"), dt, dev);
   check_tensor(in.v, ArgName(p, "v"), dt, dev);
-  const bool has_q = in.cu_seqlens_q.data != nullptr, has_kv = in.cu_seqlens_kv.data != nullptr;
+  // Present = given (ndim > 0): a size query passes offsets of shape only, data NULL.
+  const bool has_q = in.cu_seqlens_q.ndim > 0, has_kv = in.cu_seqlens_kv.ndim > 0;
   if (has_q != has_kv)
     fail(Status::InvalidArgument, "argument '%s->%s': NULL while '%s->%s' is given: THD needs both offsets", p,
          has_q ? "cu_seqlens_kv" : "cu_seqlens_q", p, has_q ? "cu_seqlens_q" : "cu_seqlens_kv");

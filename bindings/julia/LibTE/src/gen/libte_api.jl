@@ -1602,8 +1602,8 @@ end
 # Scaled dot-product attention, TE's DotProductAttention: O = softmax(scale *
 # Q K^T + mask) V for every sequence and query head, with te_linear's module
 # contract (options, create/destroy, a pure forward_compute that fills a
-# residuals struct, forward_save, forward, a backward callable again with
-# identical results until its context is destroyed or TE_BACKWARD_ONCE,
+# residuals struct, forward_save, forward, a backward callable again until its
+# context is destroyed or TE_BACKWARD_ONCE (bitwise identical: see below),
 # scaling-state inspection, state save/load, residuals in the caller's memory).
 #
 # Layouts (row-major, contiguous), `heads` query heads and `kv_heads` key/value
@@ -1783,8 +1783,14 @@ end
 # Residuals in the caller's memory: as te_linear's caller-memory calls (records,
 # 16-byte alignment, errors). The block holds the LSE (F32 [tokens_q, heads]) and
 # under FP8 the E4M3 Q, K, V with their scale_inv, so it is never empty.
-# backward_from takes the forward's inputs again (they may have moved; in high
-# precision q, k, v are read from them) and its output o.
+# residuals_size reads shapes only (every data pointer, the offsets' too, may be
+# NULL). backward_from takes the forward's inputs again (they may have moved; in
+# high precision q, k, v are read from them) and its output o.
+#
+# Repeated backwards: on the CPU and with libte's CUDA kernels a repeated backward
+# is bit-identical; cuDNN's fused backward (the CUDA default where it applies)
+# accumulates dQ with atomics, so a repeat may differ in dQ's last bits: set
+# TE_ATTENTION_IMPL=kernel where bitwise reproducibility matters more than speed.
 # C: te_status te_attention_residuals_size(te_context *ctx, const te_attention *m, const te_attention_forward_args *args, size_t *bytes)
 function te_attention_residuals_size(ctx, m, args, bytes)
     ccall((:te_attention_residuals_size, libte), te_status, (Ptr{te_context}, Ptr{te_attention}, Ptr{te_attention_forward_args}, Ptr{Csize_t}), ctx, m, args, bytes)
