@@ -312,8 +312,13 @@ inline void Program::attn_fresh_bwd(te_attention_backward_ctx *h, int cs, const 
   B.once_done = false;
 }
 
-// The mode the forward must take for module `c` in context slot cs: 1 FP8, 0 high precision.
-inline int Program::attn_mode(const AttnCfg &c, int cs) const { return c.fp8 == 1 && fp8_scope(cs) == 1 ? 1 : 0; }
+// The mode the forward must take for module `c` in context slot cs: 1 FP8, 0 high precision, -1
+// not asserted (an enabled scope that also calibrates, as api_linear.h leaves it).
+inline int Program::attn_mode(const AttnCfg &c, int cs) const {
+  if (c.fp8 != 1) return 0;
+  const int f = fp8_scope(cs);
+  return f < 0 ? -1 : f;
+}
 
 inline void Program::attn_forward() {
   bool mf = false;
@@ -354,12 +359,14 @@ inline void Program::attn_forward() {
       failed("te_attention_forward_compute");
       return;
     }
-    FUZZ_ASSERT(r.fp8 == mode, "te_attention_forward_compute: residuals.fp8 %d, the scope's mode is %d", r.fp8, mode);
+    FUZZ_ASSERT(r.fp8 == 0 || r.fp8 == 1, "te_attention_forward_compute: residuals.fp8 = %d", r.fp8);
+    if (mode >= 0)
+      FUZZ_ASSERT(r.fp8 == mode, "te_attention_forward_compute: residuals.fp8 %d, the scope's mode is %d", r.fp8, mode);
     FUZZ_ASSERT(get_enum(r.lse.dtype) == TE_DTYPE_F32 && r.lse.ndim == 2 && r.lse.shape[0] == in->tq &&
                     r.lse.shape[1] == c.heads,
                 "te_attention_forward_compute: lse is not F32 [tokens_q, heads]");
     FUZZ_ASSERT(r.internal != nullptr, "te_attention_forward_compute: residuals.internal NULL");
-    if (kind >= 230 && mode == 0) {
+    if (kind >= 230 && r.fp8 == 0) {
       // The same forward again: the same o, bit for bit.
       const std::vector<uint8_t> o1 = in->o.data.snapshot();
       te_attention_residuals r2;
@@ -505,14 +512,23 @@ inline void Program::attn_backward_destroy() {
 inline void Program::attn_caller() {
   const int rs = static_cast<int>(R.pick(kAttnCrSlots));
   AttnCrSlot &S = attn_cr_[rs];
+  const bool into = R.u8() < 128 || !S.filled;
   bool mf = false;
   int ms;
-  te_attention *m = attn_arg(mf, ms);
+  te_attention *m;
+  // backward_from mostly names the module whose forward filled the block (it may be dead).
+  if (!into && R.u8() < 220) {
+    ms = S.ms;
+    m = S.m;
+    if (ms < 0 || !attn_[ms].live || attn_[ms].h != m) AT_MUST_FAIL();
+  } else {
+    m = attn_arg(mf, ms);
+  }
   int cs;
   te_context *ctx = ctx_arg(mf, cs, ms >= 0 ? attn_[ms].ctx : -1);
-  const bool usable = ms >= 0 && attn_[ms].live;
+  const bool usable = ms >= 0 && attn_[ms].live && attn_[ms].h == m;
   if (usable && cs != attn_[ms].ctx) AT_MUST_FAIL();
-  if (R.u8() < 128 || !S.filled) {
+  if (into) {
     // forward_compute_into
     AttnCfg c = usable ? attn_[ms].cfg : AttnCfg{};
     AttnIn *in = attn_inputs(c, mf, true);

@@ -316,8 +316,8 @@ void api_corpus(const std::string &dir) {
                    {OP_ATTN_CREATE, OP_AUTOCAST_BEGIN, OP_ATTN_FORWARD, OP_ATTN_CALLER, OP_AUTOCAST_END,
                     OP_ATTN_BACKWARD, OP_ATTN_BACKWARD, OP_ATTN_CALLER, OP_ATTN_STATE, OP_ATTN_STATE, OP_ATTN_DESTROY,
                     OP_ATTN_BACKWARD, OP_ATTN_CALLER, OP_ATTN_FORWARD},
-                   {{0, 0, 0, 0, 0, 0, 0, 0, 200}, {}, {0}, {0, 0, 0}, {}, {0}, {0}, {0, 0, 0, 200}, {0, 0, 0},
-                    {0, 0, 200}, {0}, {0}, {0, 0, 0, 200}, {0}}});
+                   {{0, 0, 0, 0, 0, 0, 0, 0, 200}, {}, {0}, {0, 0, 0}, {}, {0}, {0}, {0, 200, 0, 0}, {0, 0, 0},
+                    {0, 0, 200}, {0}, {0}, {0, 200, 0, 0}, {0}}});
   for (const Aimed &a : aimed) {
     Reader rec(a.ops, 99, 0, a.args);
     {
