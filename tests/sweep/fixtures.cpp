@@ -3303,9 +3303,8 @@ const std::vector<Fixture> &fixtures() {
                                a.residuals = p + 1;
                              },
                              invalid("residuals")));
-      // residuals_size: THD shapes (and the CPU offsets, which it validates).
-      const char *shape_only = "as te_linear's caller-memory calls: it reads only the shapes of args' tensors "
-                               "(their data may be NULL)";
+      // residuals_size: THD shapes (CPU offsets that are given are validated).
+      const char *shape_only = "residuals_size reads shapes only (every data pointer, the offsets' too, may be NULL)";
       t.push_back(attn_tensors(Def<args::te_attention_residuals_size>([](World &w, args::te_attention_residuals_size &a) {
                                  a.m = attn_new(w, w.ctx);
                                  begin_fp8_scope(w);
@@ -3317,6 +3316,8 @@ const std::vector<Fixture> &fixtures() {
                       .expect("args->q:data_null", accept(shape_only))
                       .expect("args->k:data_null", accept(shape_only))
                       .expect("args->v:data_null", accept(shape_only))
+                      .expect("args->cu_seqlens_q:data_null", accept(shape_only))
+                      .expect("args->cu_seqlens_kv:data_null", accept(shape_only))
                       .extra("cu_seqlens_q_decreasing", cu_q({0, 9, 8}), invalid("args->cu_seqlens_q"))
                       .extra("max_seqlen_q_0", args_with([](World &, FA &c) { c.max_seqlen_q = 0; }),
                              invalid("args->max_seqlen_q"))
