@@ -136,6 +136,7 @@ void norm_forward(Context &c, const NormOptions &no, const te_norm_forward_args 
   if (args->output) {
     check_device(out, "args->output", dev);
     if (is_fp8(out.dtype)) check_fp8_output(out, "args->output");
+    else check_high_precision(out, "args->output");
     check_like_x(out, "args->output", x, "args->input");
   }
   if (args->output_t) {

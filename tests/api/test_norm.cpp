@@ -1043,3 +1043,27 @@ TEST_F(Norm, BackwardRejectsEachBadArgument) {
 }
 
 }  // namespace
+
+namespace {
+
+// An int32 output is not a float: refused, not written (found by the API fuzzer: an I32 output
+// of fewer bytes than F32 rows was overflowed).
+TEST(NormForwardInt32Output, Refused) {
+  ContextPtr ctx = make_cpu_context();
+  HostTensor x = random_tensor(TE_DTYPE_F32, {4, 8}, -1, 1, 1);
+  HostTensor g = random_tensor(TE_DTYPE_F32, {8}, -1, 1, 2);
+  HostTensor y = make_tensor(TE_DTYPE_I32, {4, 8});
+  const HostTensor before = y;
+  te_norm_options o;
+  ASSERT_TE_OK(te_norm_options_init(&o));
+  o.kind = TE_NORM_RMSNORM;
+  te_norm_forward_args a;
+  ASSERT_TE_OK(te_norm_forward_args_init(&a));
+  a.input = x.get();
+  a.weight = g.get();
+  a.output = y.get();
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_norm_forward", "output", te_norm_forward(ctx.get(), &o, &a));
+  EXPECT_EQ(y.bytes, before.bytes);
+}
+
+}  // namespace

@@ -1192,7 +1192,10 @@ TE_API te_status te_grouped_linear_state_load(te_context *ctx, te_grouped_linear
  * Delayed scaling registers Q, K, V, S into the scope's forward bucket and DO,
  * DP into its backward bucket, like any module's states. Current scaling
  * quantizes Q, K, V, dO and dS with their own amaxes (dS in a first pass over
- * the scores) and P with the fixed bound amax 1 (P <= 1). Where libte differs
+ * the scores). P is quantized with the scale of its bound amax 1 (P <= 1)
+ * under both recipes; delayed scaling records max P in TE_ATTN_S all the same
+ * (TE scales P by S's amax history, which starts at scale 1 and flushes the P
+ * of long sequences, about 1/seq, to zero in the first steps). Where libte differs
  * from TE: O leaves (and dQ, dK, dV leave) in the activation dtype, never FP8, so
  * there is no O state (TE's fp8_mha=False); block-scaling recipes are refused
  * (UNSUPPORTED: TE's FP8 attention is per-tensor too). Outside FP8 scopes, and

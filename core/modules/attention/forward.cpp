@@ -182,15 +182,15 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
         req.state = &A.states[i];
         quantize(be, req, *hp[i], *q8[i]);
       }
+      // P <= 1, so its scale comes from that bound under every recipe: no pass over the scores,
+      // and no first steps at the state's initial scale 1, which would flush the P of long
+      // sequences (~1/seq) to zero. Delayed scaling still records max P in S's state.
       ScalingState &S = A.state(AttnTensor::S);
-      if (!delayed) {
-        // P <= 1: its scale comes from the bound, not from a pass over the scores.
-        be.fill_floats(S.amax_scratch(), 1.0f, 1);
-        const RecipeOptions &ro = mode.recipe->options();
-        be.scale_from_amax(S.amax_scratch(), S.scale(), S.scale_inv(), kE4M3Max, ro.power_of_2_scales,
-                           ro.amax_epsilon);
-      }
-      be.copy(s->s_scale.get(), S.scale(), 2 * sizeof(float));  // scale and scale_inv sit side by side
+      const RecipeOptions &ro = mode.recipe->options();
+      be.fill_floats(S.amax_scratch(), 1.0f, 1);
+      be.scale_from_amax(S.amax_scratch(), s->s_scale.floats(), s->s_scale.floats() + 1, kE4M3Max,
+                         ro.power_of_2_scales, ro.amax_epsilon);
+      if (!delayed) be.copy(S.scale(), s->s_scale.get(), 2 * sizeof(float));  // scale and scale_inv side by side
       // Only now: commit() gives a state used for the first time its amax slot.
       if (delayed) fa.s_amax = S.amax();
     }
