@@ -1237,7 +1237,7 @@ typedef struct te_attention_forward_args {
   const te_tensor *v;
   const te_tensor *cu_seqlens_q;  /* THD; both NULL for BSHD */
   const te_tensor *cu_seqlens_kv;
-  int64_t max_seqlen_q;           /* THD: required, > 0 */
+  int64_t max_seqlen_q;           /* THD: required, in 1..tokens_q (kv: 1..tokens_kv) */
   int64_t max_seqlen_kv;
 } te_attention_forward_args;
 
@@ -1349,7 +1349,8 @@ TE_API te_status te_attention_state_load(te_context *ctx, te_attention *m, const
  * other features are copied. y is like x and may be x itself (in place).
  * Bit-identical on the CPU and the GPU. Backward is the inverse rotation:
  * te_rope_backward(dy -> dx). Errors: INVALID_ARGUMENT (shapes, dtypes, rot_dim
- * odd or above head_dim, positions beyond freqs (CPU), offsets as attention's). */
+ * odd or above head_dim, positions beyond freqs (CPU), offsets as attention's).
+ * opts may be NULL (defaults: rot_dim = head_dim, not interleaved). */
 typedef struct te_rope_options {
   size_t struct_size;
   int32_t rot_dim;     /* default 0: head_dim; else even, in 2..head_dim */

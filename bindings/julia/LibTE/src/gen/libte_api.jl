@@ -1632,7 +1632,10 @@ end
 # Delayed scaling registers Q, K, V, S into the scope's forward bucket and DO,
 # DP into its backward bucket, like any module's states. Current scaling
 # quantizes Q, K, V, dO and dS with their own amaxes (dS in a first pass over
-# the scores) and P with the fixed bound amax 1 (P <= 1). Where libte differs
+# the scores). P is quantized with the scale of its bound amax 1 (P <= 1)
+# under both recipes; delayed scaling records max P in TE_ATTN_S all the same
+# (TE scales P by S's amax history, which starts at scale 1 and flushes the P
+# of long sequences, about 1/seq, to zero in the first steps). Where libte differs
 # from TE: O leaves (and dQ, dK, dV leave) in the activation dtype, never FP8, so
 # there is no O state (TE's fp8_mha=False); block-scaling recipes are refused
 # (UNSUPPORTED: TE's FP8 attention is per-tensor too). Outside FP8 scopes, and
@@ -1695,7 +1698,7 @@ struct te_attention_forward_args
     # THD; both NULL for BSHD
     cu_seqlens_q::Ptr{te_tensor}  # offset 32: const te_tensor *
     cu_seqlens_kv::Ptr{te_tensor}  # offset 40: const te_tensor *
-    # THD: required, > 0
+    # THD: required, in 1..tokens_q (kv: 1..tokens_kv)
     max_seqlen_q::Int64  # offset 48: int64_t
     max_seqlen_kv::Int64  # offset 56: int64_t
 end
@@ -1846,6 +1849,7 @@ end
 # Bit-identical on the CPU and the GPU. Backward is the inverse rotation:
 # te_rope_backward(dy -> dx). Errors: INVALID_ARGUMENT (shapes, dtypes, rot_dim
 # odd or above head_dim, positions beyond freqs (CPU), offsets as attention's).
+# opts may be NULL (defaults: rot_dim = head_dim, not interleaved).
 # struct te_rope_options: 16 bytes, 8-byte aligned
 struct te_rope_options
     struct_size::Csize_t  # offset 0: size_t
