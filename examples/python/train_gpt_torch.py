@@ -3,8 +3,8 @@
 beside the same model in PyTorch bf16 and (on a GPU, when installed) torchao float8.
 
   model   pre-norm decoder-only GPT: token + learned position embedding; per block
-          LayerNormLinear (QKV) -> RoPE -> causal attention (PyTorch SDPA until libte's
-          attention module lands) -> Linear (proj) + residual, LayerNormMLP (GELU) + residual;
+          LayerNormLinear (QKV) -> RoPE -> causal attention (libte.torch.DotProductAttention,
+          BF16; --attention sdpa: PyTorch's) -> Linear (proj) + residual, LayerNormMLP (GELU) + residual;
           final LayerNorm; LM head tied to the token embedding; vocab 256 (bytes)
   data    the Python standard library's own sources (*.py next to the `os` module: present
           wherever python3 is), concatenated in sorted order; the last 5% held out
@@ -64,6 +64,9 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) each model")
+    p.add_argument("--attention", choices=("libte", "sdpa"), default="libte",
+                   help="the libte runs' attention and RoPE: libte.torch.DotProductAttention + "
+                        "apply_rotary_pos_emb (default; BF16 attention, fp8_dpa off), or PyTorch's SDPA")
     p.add_argument("--csv", default=None, help="where to write the loss curves")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--text-mb", type=float, default=8.0, help="at most this much text")
@@ -145,6 +148,11 @@ def main(argv):
         q1, q2 = q[..., 0::2], q[..., 1::2]
         return torch.stack((q1 * cos - q2 * sin, q1 * sin + q2 * cos), dim=-1).flatten(-2)
 
+    # RoPE angles for libte: [T, hd / 2], position p and pair i at p / 10000^(2i / hd).
+    hd_ = d // H
+    freqs = (torch.arange(T, dtype=torch.float32)[:, None]
+             / (10000 ** (torch.arange(0, hd_, 2, dtype=torch.float32) / hd_))[None, :]).to(device)
+
     class Block(nn.Module):
         def __init__(self, use_libte):
             super().__init__()
@@ -154,6 +162,9 @@ def main(argv):
                 self.proj = tet.Linear(d, d, bias=True, params_dtype=dtype, device=device)
                 self.mlp = tet.LayerNormMLP(d, 4 * d, bias=True, activation="gelu",
                                             params_dtype=dtype, device=device)
+                if args.attention == "libte":
+                    self.attn = tet.DotProductAttention(H, d // H, qkv_format="bshd",
+                                                        attn_mask_type="causal")
             else:
                 self.ln1 = nn.LayerNorm(d, device=device, dtype=dtype)
                 self.qkv = nn.Linear(d, 3 * d, device=device, dtype=dtype)
@@ -165,9 +176,16 @@ def main(argv):
         def forward(self, x):
             b, t, _ = x.shape
             qkv = self.qkv(x) if self.use_libte else self.qkv(self.ln1(x))
-            q, k, v = qkv.view(b, t, 3, H, d // H).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            if self.use_libte and args.attention == "libte":
+                # [b, t, H, hd] each; the same interleaved rotation as rope() below.
+                q, k, v = (u.contiguous() for u in qkv.view(b, t, 3, H, d // H).unbind(2))
+                q = tet.apply_rotary_pos_emb(q, freqs, tensor_format="bshd", interleaved=True)
+                k = tet.apply_rotary_pos_emb(k, freqs, tensor_format="bshd", interleaved=True)
+                x = x + self.proj(self.attn(q, k, v))  # [b, t, H * hd]
+            else:
+                q, k, v = qkv.view(b, t, 3, H, d // H).permute(2, 0, 3, 1, 4)
+                y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+                x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
             if self.use_libte:
                 return x + self.mlp(x)
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
