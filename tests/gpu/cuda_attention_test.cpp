@@ -411,6 +411,26 @@ TEST_F(CudaAttention, Fp8AgainstCpu) {
   }
 }
 
+// The tensor-core FP8 backward (head_dim 64 / 128) over several key and query tiles: GQA 4,
+// causal masks, F16 and BF16 gradients, fixed and variable lengths.
+TEST_F(CudaAttention, Fp8LongerAgainstCpu) {
+  uint32_t seed = 500;
+  for (DType do8t : {DType::E4M3, DType::E5M2}) {
+    for (int64_t D : {128, 64}) {
+      for (AttnMask m : {AttnMask::Causal, AttnMask::CausalBottomRight, AttnMask::None}) {
+        Case c;
+        c.fp8 = true, c.dt = D == 64 ? DType::F16 : DType::BF16, c.do8t = do8t, c.D = D, c.mask = m;
+        c.heads = 8, c.kv_heads = 2, c.batch = 2, c.seq_q = 203, c.seq_kv = 261;
+        run_case(*cpu, *gpu, c, seed++);
+        if (m == AttnMask::None) continue;
+        c.lens_q = {150, 7, 260};
+        c.lens_kv = {150, 140, 260};
+        run_case(*cpu, *gpu, c, seed++);
+      }
+    }
+  }
+}
+
 
 // Offsets out of range (negative, decreasing, past the tokens, longer than max_seq): the kernels
 // clamp them, so the call computes something and never reads or writes out of bounds (run under
@@ -534,6 +554,30 @@ TEST_F(CudaAttention, DISABLED_Benchmark) {
     gpu->synchronize();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
     std::printf("attention bench fp8 forward (e4m3 q/k/v, bf16 o): %.3f ms %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+    // FP8 backward (e4m3 dO8 of the same dO values, bf16 gradients), explicit scales; and the
+    // dp_amax_only pass that current scaling runs first.
+    DeviceBuffer do8(*gpu, q8v(dO, nq)), dps(*gpu, raw(std::vector<float>{4096.0f})),
+        dpsi(*gpu, raw(std::vector<float>{1.0f / 4096})), dpam(*gpu, raw(std::vector<float>{0.0f}));
+    gpu->attention_forward(f8);
+    AttentionBackwardArgs b8 = bw;
+    b8.q = f8.q, b8.k = f8.k, b8.v = f8.v;
+    b8.d_o8 = view3(do8.get(), DType::E4M3, kGpu, B * S, H, D);
+    b8.d_o8.scale_inv = si.floats();
+    b8.s_scale = ss.floats(), b8.s_scale_inv = ssi.floats();
+    b8.dp_scale = dps.floats(), b8.dp_scale_inv = dpsi.floats(), b8.dp_amax = dpam.floats();
+    AttentionBackwardArgs a8 = b8;
+    a8.dp_amax_only = true;
+    a8.dq = a8.dk = a8.dv = TensorView{};
+    for (const AttentionBackwardArgs *bp : {&b8, &a8}) {
+      for (int w = 0; w < 2; ++w) gpu->attention_backward(*bp);
+      gpu->synchronize();
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; ++i) gpu->attention_backward(*bp);
+      gpu->synchronize();
+      const double bms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() / 10;
+      std::printf("attention bench fp8 backward%s (e4m3 q/k/v/dO8, bf16 grads): %.3f ms %.1f TFLOP/s\n",
+                  bp == &a8 ? " dp_amax_only" : "", bms, 2.5 * flops / bms * 1e-9);
+    }
   }
   std::printf("attention bench causal b%lld s%lld h%lld kv%lld d%lld bf16: fwd %.3f ms %.1f TFLOP/s; fwd+bwd %.3f ms %.1f TFLOP/s (bwd %.3f ms %.1f TFLOP/s)\n",
               (long long)B, (long long)S, (long long)H, (long long)KV, (long long)D, fwd_ms, flops / fwd_ms * 1e-9, all_ms,

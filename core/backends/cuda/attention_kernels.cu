@@ -13,8 +13,9 @@
 //    float atomics, so two runs are bit-identical. dS's amax comes from the dK/dV kernel only
 //    (it visits every (query, key, head) once); dp_amax_only runs that kernel alone, writing
 //    nothing else.
-// Tensor-core paths (attention_tc.cu: BF16 / F16 forward and backward, E4M3 forward, head_dim 64
-// and 128) take what they cover; everything else comes here.
+// Tensor-core paths (attention_tc.cu: BF16 / F16 forward and backward, E4M3 forward and FP8
+// backward incl. dp_amax_only, head_dim 64 and 128) take what they cover; everything else comes
+// here.
 // Sequence bounds: offsets are clamped into [0, tokens], lengths into [0, max_seq].
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,11 @@
 #include "base/check.h"
 
 namespace te::cuda {
+
+// attention_tc.cu's FP8 backward (tensor cores; q, k, v, dO8 converted to F16 in `scratch` of
+// attention_tc_backward_fp8_scratch_bytes, 0 when the call is not one it covers).
+size_t attention_tc_backward_fp8_scratch_bytes(const AttentionBackwardArgs &args);
+bool attention_tc_backward_fp8(const AttentionBackwardArgs &args, const float *dsum, void *scratch, cudaStream_t stream);
 
 namespace {
 
@@ -475,9 +481,15 @@ bool grid_ok(int64_t x, int64_t y, int64_t z) { return x > 0 && y > 0 && z > 0 &
 
 size_t attention_forward_scratch_bytes(const AttentionForwardArgs &) { return 0; }
 
-size_t attention_backward_scratch_bytes(const AttentionBackwardArgs &args) {
+// D's floats, then (FP8 on the tensor cores) the F16 copies of q, k, v, dO8.
+static size_t dsum_scratch_bytes(const AttentionBackwardArgs &args) {
   const int64_t n = args.dims.tokens_q * args.dims.heads;
-  return static_cast<size_t>(n > 0 ? n : 1) * sizeof(float);
+  return (static_cast<size_t>(n > 0 ? n : 1) * sizeof(float) + 255) & ~static_cast<size_t>(255);
+}
+
+size_t attention_backward_scratch_bytes(const AttentionBackwardArgs &args) {
+  const bool fp8 = is_fp8(args.q.dtype) && args.dims.tokens_q > 0 && args.dims.heads > 0;
+  return dsum_scratch_bytes(args) + (fp8 ? attention_tc_backward_fp8_scratch_bytes(args) : 0);
 }
 
 void attention_forward_kernels(Backend &be, const AttentionForwardArgs &args, cudaStream_t stream) {
@@ -546,7 +558,12 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
     else dsum_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
     TE_CUDA_CHECK_LAUNCH();
   }
-  if (!args.dp_amax_only && attention_tc_backward(args, p.dsum, stream)) return;
+  if (p.fp8) {
+    if (attention_tc_backward_fp8(args, p.dsum, static_cast<char *>(scratch.get()) + dsum_scratch_bytes(args), stream))
+      return;
+  } else if (!args.dp_amax_only && attention_tc_backward(args, p.dsum, stream)) {
+    return;
+  }
   const int ld = static_cast<int>(d.head_dim) + 1;
   const int64_t gk = (d.max_seq_kv + kBK - 1) / kBK;
   if (grid_ok(gk, d.kv_heads, d.batch)) {

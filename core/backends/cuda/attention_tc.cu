@@ -24,6 +24,12 @@
 //    dS, dQ += dS K.
 //
 // FP8 forward: see tc_fwd_fp8_kernel.
+// FP8 backward (E4M3 q / k / v, E4M3 or E5M2 dO8, BF16 / F16 gradients): a pre-pass writes the
+// codes' values as F16 (exact) into scratch and the F16 backward kernels run with the FP8
+// semantics in registers (kFp8): S and dP times their scale_invs, P8 = e4m3(P * s_scale) for dV,
+// dS8 = fp8(dS * dp_scale) for dQ / dK, max |dS| into dp_amax (one atomicMax on the float bits
+// per dK / dV CTA), the scale_invs applied to the fp32 sums at the end; dp_amax_only runs the
+// dK / dV kernel alone. Still deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -734,9 +740,43 @@ struct TcBwdParams {
   int mask;
   float scale, scale_log2;
   int tiles;
+  // FP8 kernels (kFp8): q, k, v, d_o above are F16 copies of the E4M3 / E5M2 codes' values
+  // (exact), the scales are the args' device scalars.
+  const float *q_si, *k_si, *v_si, *do_si, *s_scale, *s_scale_inv, *dp_scale, *dp_scale_inv;
+  float *dp_amax;
+  bool amax_only, ds_e5m2;
 };
 
-template <int D, bool kBf16>
+// Two E5M2 codes (low byte first) -> their f16 values, exactly.
+__device__ __forceinline__ uint32_t e5m2x2_to_f16x2(uint16_t codes) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(codes));
+  return r;
+}
+// Two floats -> dO8's format (round to nearest even, saturating) -> f16 values (the dS8 operand).
+__device__ __forceinline__ uint32_t ds8_pair(float lo, float hi, bool e5m2) {
+  uint16_t c;
+  if (e5m2) {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(c) : "f"(lo), "f"(hi));
+    return e5m2x2_to_f16x2(c);
+  }
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(c) : "f"(lo), "f"(hi));
+  return e4m3x2_to_f16x2(c);
+}
+
+// FP8 codes -> f16 values (4 codes per step; n4 = count / 4).
+__global__ void fp8_to_f16_kernel(const uint32_t *src, uint2 *dst, int64_t n4, bool e5m2) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t w = src[i];
+    uint2 o;
+    if (e5m2) o.x = e5m2x2_to_f16x2(static_cast<uint16_t>(w & 0xFFFFu)), o.y = e5m2x2_to_f16x2(static_cast<uint16_t>(w >> 16));
+    else o.x = e4m3x2_to_f16x2(static_cast<uint16_t>(w & 0xFFFFu)), o.y = e4m3x2_to_f16x2(static_cast<uint16_t>(w >> 16));
+    dst[i] = o;
+  }
+}
+
+template <int D, bool kBf16, bool kFp8, bool kOutBf16>
 __global__ void __launch_bounds__(kDkvThreads) tc_dkdv_kernel(TcBwdParams p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
   constexpr int kKV = kDkvBK * D * 2, kQ = kBwdBQ * D * 2;
@@ -784,6 +824,15 @@ __global__ void __launch_bounds__(kDkvThreads) tc_dkdv_kernel(TcBwdParams p) {
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   // This thread's keys (rows of the C fragments).
   const int64_t j_lo = k0 + warp * 16 + (lane >> 2), j_hi = j_lo + 8;
+  // FP8: scores and dP from the codes' values times their scale_invs; P8 = e4m3(P * s_scale),
+  // dS8 = fp8(dS * dp_scale); max |dS| (unquantized) into dp_amax.
+  float sl2 = p.scale_log2, dpsi = 1.0f, s_scale = 1.0f, dp_scale = 1.0f;
+  uint32_t dsmax = 0;
+  if constexpr (kFp8) {
+    sl2 = (*p.q_si * *p.k_si) * p.scale_log2;
+    dpsi = *p.do_si * *p.v_si;
+    if (!p.amax_only) s_scale = *p.s_scale, dp_scale = *p.dp_scale;
+  }
 
   for (int64_t st = 0; st < steps; ++st) {
     const int buf = static_cast<int>(st & 1);
@@ -837,14 +886,32 @@ __global__ void __launch_bounds__(kDkvThreads) tc_dkdv_kernel(TcBwdParams p) {
         bool vis = true;
         if (need_mask) vis = i < s.sq && j < tc_key_end(p.mask, i, s.sq, s.skv);
         const float lse2 = lse_s[qc] * 1.4426950408889634f;
-        const float pp = vis ? exp2f(sc[n][e] * p.scale_log2 - lse2) : 0.0f;
-        pv[e] = pp;
-        ds[e] = pp * (dp[n][e] - dsum_s[qc]);
+        const float pp = vis ? exp2f(sc[n][e] * sl2 - lse2) : 0.0f;
+        if constexpr (kFp8) {
+          const float dsv = pp * (dp[n][e] * dpsi - dsum_s[qc]);
+          dsmax = max(dsmax, __float_as_uint(dsv) & 0x7FFFFFFFu);
+          pv[e] = pp * s_scale;
+          ds[e] = dsv * dp_scale;
+        } else {
+          pv[e] = pp;
+          ds[e] = pp * (dp[n][e] - dsum_s[qc]);
+        }
       }
-      pa[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(pv[0], pv[1]);
-      pa[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(pv[2], pv[3]);
-      dsa[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
-      dsa[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
+      if constexpr (kFp8) {
+        pa[n >> 1][(n & 1) * 2 + 0] = p8_pair(pv[0], pv[1]);
+        pa[n >> 1][(n & 1) * 2 + 1] = p8_pair(pv[2], pv[3]);
+        dsa[n >> 1][(n & 1) * 2 + 0] = ds8_pair(ds[0], ds[1], p.ds_e5m2);
+        dsa[n >> 1][(n & 1) * 2 + 1] = ds8_pair(ds[2], ds[3], p.ds_e5m2);
+      } else {
+        pa[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(pv[0], pv[1]);
+        pa[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(pv[2], pv[3]);
+        dsa[n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
+        dsa[n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
+      }
+    }
+    if (kFp8 && p.amax_only) {
+      __syncthreads();
+      continue;
     }
     // dV += P^T dO, dK += dS^T Q (k = queries).
 #pragma unroll
@@ -865,26 +932,44 @@ __global__ void __launch_bounds__(kDkvThreads) tc_dkdv_kernel(TcBwdParams p) {
     __syncthreads();
   }
   cp_async_wait<0>();
+  float dvs = 1.0f, dks = p.scale;
+  if constexpr (kFp8) {
+    if (p.dp_amax != nullptr) {
+      __shared__ uint32_t red[kDkvWarps];
+      const uint32_t wm = __reduce_max_sync(0xFFFFFFFFu, dsmax);
+      if (lane == 0) red[warp] = wm;
+      __syncthreads();
+      if (tid == 0) {
+        uint32_t mx = 0;
+#pragma unroll
+        for (int w = 0; w < kDkvWarps; ++w) mx = max(mx, red[w]);
+        atomicMax(reinterpret_cast<int *>(p.dp_amax), static_cast<int>(mx > 0x7F800000u ? 0x7FC00000u : mx));
+      }
+    }
+    if (p.amax_only) return;
+    dvs = *p.s_scale_inv * *p.do_si;
+    dks = (*p.dp_scale_inv * *p.q_si) * p.scale;
+  }
   const int r_lo = warp * 16 + (lane >> 2);
   if (r_lo < nk) {
     const int64_t base = ((s.ks + j_lo) * p.kv_heads + g) * D + (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<uint32_t *>(p.dv + base + d * 8) = pack2<kBf16>(dv[d][0], dv[d][1]);
-      *reinterpret_cast<uint32_t *>(p.dk + base + d * 8) = pack2<kBf16>(dk[d][0] * p.scale, dk[d][1] * p.scale);
+      *reinterpret_cast<uint32_t *>(p.dv + base + d * 8) = pack2<kOutBf16>(dv[d][0] * dvs, dv[d][1] * dvs);
+      *reinterpret_cast<uint32_t *>(p.dk + base + d * 8) = pack2<kOutBf16>(dk[d][0] * dks, dk[d][1] * dks);
     }
   }
   if (r_lo + 8 < nk) {
     const int64_t base = ((s.ks + j_hi) * p.kv_heads + g) * D + (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<uint32_t *>(p.dv + base + d * 8) = pack2<kBf16>(dv[d][2], dv[d][3]);
-      *reinterpret_cast<uint32_t *>(p.dk + base + d * 8) = pack2<kBf16>(dk[d][2] * p.scale, dk[d][3] * p.scale);
+      *reinterpret_cast<uint32_t *>(p.dv + base + d * 8) = pack2<kOutBf16>(dv[d][2] * dvs, dv[d][3] * dvs);
+      *reinterpret_cast<uint32_t *>(p.dk + base + d * 8) = pack2<kOutBf16>(dk[d][2] * dks, dk[d][3] * dks);
     }
   }
 }
 
-template <int D, bool kBf16>
+template <int D, bool kBf16, bool kFp8, bool kOutBf16>
 __global__ void __launch_bounds__(kTcThreads) tc_dq_kernel(TcBwdParams p) {
   extern __shared__ __align__(128) uint8_t tc_smem[];
   constexpr int MT = kDqMT, BK = kDqBK;
@@ -921,6 +1006,13 @@ __global__ void __launch_bounds__(kTcThreads) tc_dq_kernel(TcBwdParams p) {
       dsum_r[m][u] = ok ? p.dsum[(s.qs + q0 + r) * p.heads + h] : 0.0f;
     }
   const int64_t all_end = tc_key_end(p.mask, q0, s.sq, s.skv);
+  float sl2 = p.scale_log2, dpsi = 1.0f, dp_scale = 1.0f, dqs = p.scale;
+  if constexpr (kFp8) {
+    sl2 = (*p.q_si * *p.k_si) * p.scale_log2;
+    dpsi = *p.do_si * *p.v_si;
+    dp_scale = *p.dp_scale;
+    dqs = (*p.dp_scale_inv * *p.k_si) * p.scale;
+  }
   float dq[MT][D / 8][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -988,11 +1080,17 @@ __global__ void __launch_bounds__(kTcThreads) tc_dq_kernel(TcBwdParams p) {
         for (int e = 0; e < 4; ++e) {
           const int j = static_cast<int>(k0) + n * 8 + (lane & 3) * 2 + (e & 1);
           const bool vis = !need_mask || j < end_r[m][e >> 1];
-          const float pp = vis ? exp2f(sc[m][n][e] * p.scale_log2 - lse_r[m][e >> 1]) : 0.0f;
-          ds[e] = pp * (dp[m][n][e] - dsum_r[m][e >> 1]);
+          const float pp = vis ? exp2f(sc[m][n][e] * sl2 - lse_r[m][e >> 1]) : 0.0f;
+          if constexpr (kFp8) ds[e] = pp * (dp[m][n][e] * dpsi - dsum_r[m][e >> 1]) * dp_scale;
+          else ds[e] = pp * (dp[m][n][e] - dsum_r[m][e >> 1]);
         }
-        dsa[m][n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
-        dsa[m][n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
+        if constexpr (kFp8) {
+          dsa[m][n >> 1][(n & 1) * 2 + 0] = ds8_pair(ds[0], ds[1], p.ds_e5m2);
+          dsa[m][n >> 1][(n & 1) * 2 + 1] = ds8_pair(ds[2], ds[3], p.ds_e5m2);
+        } else {
+          dsa[m][n >> 1][(n & 1) * 2 + 0] = pack2<kBf16>(ds[0], ds[1]);
+          dsa[m][n >> 1][(n & 1) * 2 + 1] = pack2<kBf16>(ds[2], ds[3]);
+        }
       }
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
@@ -1021,15 +1119,15 @@ __global__ void __launch_bounds__(kTcThreads) tc_dq_kernel(TcBwdParams p) {
       uint16_t *row = p.dq + ((s.qs + q0 + r) * p.heads + h) * D + (lane & 3) * 2;
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
-        *reinterpret_cast<uint32_t *>(row + d * 8) = pack2<kBf16>(dq[m][d][2 * u] * p.scale, dq[m][d][2 * u + 1] * p.scale);
+        *reinterpret_cast<uint32_t *>(row + d * 8) = pack2<kOutBf16>(dq[m][d][2 * u] * dqs, dq[m][d][2 * u + 1] * dqs);
     }
 }
 
-template <int D, bool kBf16>
+template <int D, bool kBf16, bool kFp8 = false, bool kOutBf16 = kBf16>
 void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
   {
     const size_t smem = static_cast<size_t>(2) * kDkvBK * D * 2 + 4 * kBwdBQ * D * 2 + 4 * kBwdBQ * sizeof(float);
-    auto kernel = tc_dkdv_kernel<D, kBf16>;
+    auto kernel = tc_dkdv_kernel<D, kBf16, kFp8, kOutBf16>;
     TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     TcBwdParams pk = p;
     pk.tiles = static_cast<int>((p.max_kv + kDkvBK - 1) / kDkvBK);
@@ -1039,9 +1137,10 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
       TE_CUDA_CHECK_LAUNCH();
     }
   }
+  if (kFp8 && p.amax_only) return;
   {
     const size_t smem = static_cast<size_t>(2 * kDqBQ + 4 * kDqBK) * D * 2;
-    auto kernel = tc_dq_kernel<D, kBf16>;
+    auto kernel = tc_dq_kernel<D, kBf16, kFp8, kOutBf16>;
     TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     p.tiles = static_cast<int>((p.max_q + kDqBQ - 1) / kDqBQ);
     if (p.tiles > 0) {
@@ -1124,9 +1223,99 @@ bool attention_tc_backward(const AttentionBackwardArgs &args, const float *dsum,
   p.scale = d.softmax_scale;
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.tiles = 0;
+  p.q_si = p.k_si = p.v_si = p.do_si = p.s_scale = p.s_scale_inv = p.dp_scale = p.dp_scale_inv = nullptr;
+  p.dp_amax = nullptr;
+  p.amax_only = p.ds_e5m2 = false;
   const bool bf = t == DType::BF16;
   if (d.head_dim == 64) bf ? launch_bwd<64, true>(p, d.batch, stream) : launch_bwd<64, false>(p, d.batch, stream);
   else bf ? launch_bwd<128, true>(p, d.batch, stream) : launch_bwd<128, false>(p, d.batch, stream);
+  return true;
+}
+
+// FP8 backward on the tensor cores: a pre-pass writes the q, k, v and dO8 codes' values as F16
+// (exact for E4M3 and E5M2) into scratch, then the F16 backward kernels run with the FP8
+// semantics in registers (tc_dkdv_kernel / tc_dq_kernel with kFp8). dp_amax_only runs the dK / dV
+// kernel alone, writing only dp_amax. Declared in attention_kernels.cu.
+namespace {
+bool tc_fp8_bwd_ok(const AttentionBackwardArgs &args) {
+  const AttentionDims &d = args.dims;
+  if (args.q.dtype != DType::E4M3 || args.k.dtype != DType::E4M3 || args.v.dtype != DType::E4M3) return false;
+  if (args.d_o8.dtype != DType::E4M3 && args.d_o8.dtype != DType::E5M2) return false;
+  if (d.head_dim != 64 && d.head_dim != 128) return false;
+  if (args.q.scale_inv == nullptr || args.k.scale_inv == nullptr || args.v.scale_inv == nullptr ||
+      args.d_o8.scale_inv == nullptr || args.d_o8.data == nullptr)
+    return false;
+  for (const void *ptr : {args.q.data, args.k.data, args.v.data, args.d_o8.data})
+    if ((reinterpret_cast<uintptr_t>(ptr) & 3u) != 0) return false;
+  if (!args.dp_amax_only) {
+    const DType g = args.dq.dtype;
+    if (g != DType::BF16 && g != DType::F16) return false;
+    if (args.dk.dtype != g || args.dv.dtype != g) return false;
+    if (args.s_scale == nullptr || args.s_scale_inv == nullptr || args.dp_scale == nullptr || args.dp_scale_inv == nullptr)
+      return false;
+    for (const void *ptr : {args.dq.data, args.dk.data, args.dv.data})
+      if (!aligned16p(ptr)) return false;
+  }
+  if (d.batch <= 0 || d.batch >= 65536 || d.max_seq_q / 64 >= 65535 || d.max_seq_kv / 64 >= 65535) return false;
+  return true;
+}
+size_t align256(size_t n) { return (n + 255) & ~static_cast<size_t>(255); }
+size_t elems_q(const AttentionBackwardArgs &a) { return static_cast<size_t>(a.dims.tokens_q * a.dims.heads * a.dims.head_dim); }
+size_t elems_kv(const AttentionBackwardArgs &a) {
+  return static_cast<size_t>(std::max<int64_t>(0, a.dims.tokens_kv) * a.dims.kv_heads * a.dims.head_dim);
+}
+void to_f16(const void *src, void *dst, size_t n, bool e5m2, cudaStream_t stream) {
+  const int64_t n4 = static_cast<int64_t>(n / 4);
+  if (n4 <= 0) return;
+  const int64_t blocks = std::min<int64_t>((n4 + 255) / 256, 8192);
+  fp8_to_f16_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<const uint32_t *>(src),
+                                                                        static_cast<uint2 *>(dst), n4, e5m2);
+  TE_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+size_t attention_tc_backward_fp8_scratch_bytes(const AttentionBackwardArgs &args) {
+  if (!tc_fp8_bwd_ok(args)) return 0;
+  return 2 * align256(elems_q(args) * 2) + 2 * align256(elems_kv(args) * 2);
+}
+
+bool attention_tc_backward_fp8(const AttentionBackwardArgs &args, const float *dsum, void *scratch, cudaStream_t stream) {
+  if (scratch == nullptr || !tc_fp8_bwd_ok(args)) return false;
+  const AttentionDims &d = args.dims;
+  const size_t nq = elems_q(args), nkv = elems_kv(args);
+  uint8_t *base = static_cast<uint8_t *>(scratch);
+  uint16_t *q16 = reinterpret_cast<uint16_t *>(base);
+  uint16_t *do16 = reinterpret_cast<uint16_t *>(base + align256(nq * 2));
+  uint16_t *k16 = reinterpret_cast<uint16_t *>(base + 2 * align256(nq * 2));
+  uint16_t *v16 = reinterpret_cast<uint16_t *>(base + 2 * align256(nq * 2) + align256(nkv * 2));
+  const bool e5m2 = args.d_o8.dtype == DType::E5M2;
+  to_f16(args.q.data, q16, nq, false, stream);
+  to_f16(args.d_o8.data, do16, nq, e5m2, stream);
+  to_f16(args.k.data, k16, nkv, false, stream);
+  to_f16(args.v.data, v16, nkv, false, stream);
+  TcBwdParams p;
+  p.q = q16, p.k = k16, p.v = v16, p.d_o = do16;
+  p.dq = static_cast<uint16_t *>(args.dq.data);
+  p.dk = static_cast<uint16_t *>(args.dk.data);
+  p.dv = static_cast<uint16_t *>(args.dv.data);
+  p.lse = args.lse, p.dsum = dsum;
+  p.heads = d.heads, p.kv_heads = d.kv_heads, p.tokens_q = d.tokens_q, p.tokens_kv = d.tokens_kv;
+  p.max_q = d.max_seq_q, p.max_kv = d.max_seq_kv;
+  p.cu_q = d.cu_seqlens_q, p.cu_kv = d.cu_seqlens_kv;
+  p.mask = static_cast<int>(d.mask);
+  p.scale = d.softmax_scale;
+  p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
+  p.tiles = 0;
+  p.q_si = args.q.scale_inv, p.k_si = args.k.scale_inv, p.v_si = args.v.scale_inv, p.do_si = args.d_o8.scale_inv;
+  p.s_scale = args.s_scale, p.s_scale_inv = args.s_scale_inv;
+  p.dp_scale = args.dp_scale, p.dp_scale_inv = args.dp_scale_inv;
+  p.dp_amax = args.dp_amax;
+  p.amax_only = args.dp_amax_only;
+  p.ds_e5m2 = e5m2;
+  if (p.amax_only && p.dp_amax == nullptr) return true;  // nothing to compute
+  const bool bf = args.dp_amax_only || args.dq.dtype == DType::BF16;
+  if (d.head_dim == 64) bf ? launch_bwd<64, false, true, true>(p, d.batch, stream) : launch_bwd<64, false, true, false>(p, d.batch, stream);
+  else bf ? launch_bwd<128, false, true, true>(p, d.batch, stream) : launch_bwd<128, false, true, false>(p, d.batch, stream);
   return true;
 }
 
