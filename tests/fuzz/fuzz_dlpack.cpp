@@ -11,7 +11,8 @@
 // byte size fits in int64, contiguous strides (size-1 dimensions excepted), a known dtype with
 // one lane, a known device, an element-aligned byte_offset that does not wrap the pointer; and
 // then *out is that tensor: its dtype, shape, device and data == data + byte_offset. A tensor
-// in a real buffer is then read by te_amax or te_dequantize.
+// in a real buffer is then read by te_amax or te_dequantize (an int32 one must be refused by
+// te_amax).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -208,6 +209,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       f.dtype = TE_DTYPE_F32;
       f.scale_inv = nullptr;
       FUZZ_ASSERT(TE_CALL(te_dequantize, g_ctx, &out, &f) == TE_SUCCESS, "te_dequantize of an imported FP8 tensor failed");
+    } else if (want_dtype == TE_DTYPE_I32) {
+      // Offsets are not floats: te_amax refuses them without reading (nothing in the API reads
+      // an int32 tensor on its own; attention reads offsets with their q/k/v).
+      float amax = -1.0f;
+      FUZZ_ASSERT(TE_CALL(te_amax, g_ctx, &out, &amax) == TE_ERROR_INVALID_ARGUMENT && amax == -1.0f,
+                  "te_amax accepted an int32 tensor");
     } else {
       float amax = -1.0f;
       FUZZ_ASSERT(TE_CALL(te_amax, g_ctx, &out, &amax) == TE_SUCCESS, "te_amax of an imported tensor failed");
