@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "backends/attention_args.h"
+#include "backends/training_args.h"
 #include "numerics/norm.h"
 #include "numerics/numerics.h"
 #include "base/types.h"
@@ -149,6 +150,11 @@ class Backend {
   virtual void attention_forward(const AttentionForwardArgs &args) = 0;
   virtual void attention_backward(const AttentionBackwardArgs &args) = 0;
   virtual void rope(const RopeArgs &args) = 0;
+  // Training-step ops (training_args.h).
+  virtual void embedding_forward(const EmbeddingForwardArgs &args) = 0;
+  virtual void embedding_backward(const EmbeddingBackwardArgs &args) = 0;
+  virtual void cross_entropy(const CrossEntropyArgs &args) = 0;
+  virtual void adamw(const AdamwArgs &args) = 0;
 
   // ---- scratch ----
   // What gemm / cast_transpose / block_quantize with these arguments take from the cache, added
@@ -162,6 +168,9 @@ class Backend {
   virtual void plan_activation(Activation /*act*/, const TensorView & /*x*/, bool /*backward*/,
                                ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_forward(const NormForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_embedding_backward(const EmbeddingBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_cross_entropy(const CrossEntropyArgs & /*args*/, ScratchPlan * /*plan*/) const {}
+  virtual void plan_adamw(const AdamwArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_norm_backward(const NormBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_attention_forward(const AttentionForwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_attention_backward(const AttentionBackwardArgs & /*args*/, ScratchPlan * /*plan*/) const {}

@@ -1364,6 +1364,177 @@ TE_API te_status te_rope_backward(te_context *ctx, const te_rope_options *opts,
                                   const te_tensor *dy, const te_tensor *freqs,
                                   const te_tensor *cu_seqlens, te_tensor *dx);
 
+/* ------------------------------------------------------------------------- */
+/* Training-step ops: embedding, cross-entropy, AdamW                         */
+/* ------------------------------------------------------------------------- */
+
+/* Token embedding, a gather: y[t, :] = table[ids[t], :] for every token t.
+ * table: F32/F16/BF16 [vocab, dim]; ids: I32 of any shape (n tokens, e.g.
+ * [batch, seq]); y: the table's dtype, ids' shape followed by dim (or any
+ * shape of n * dim elements whose last dimension is dim).
+ * An id outside [0, vocab): the CPU refuses the call (INVALID_ARGUMENT naming
+ * the position, nothing written); CUDA cannot look without a host sync and
+ * writes that token's row as zeros instead. */
+TE_API te_status te_embedding_forward(te_context *ctx, const te_tensor *table,
+                                      const te_tensor *ids, te_tensor *y);
+
+/* The embedding's gradient, a scatter-add: dtable[ids[t], :] += dy[t, :].
+ * dtable: F32 [vocab, dim] (zeroed first unless accumulate = 1, so a tied LM
+ * head's dW can be added to); dy: F32/F16/BF16, n * dim elements, last
+ * dimension dim. Deterministic: each row sums its tokens in increasing t, in
+ * fp32, on both backends (bit-identical CPU/GPU). Ids out of range: as the
+ * forward (CPU: INVALID_ARGUMENT; CUDA: the token is skipped). */
+TE_API te_status te_embedding_backward(te_context *ctx, const te_tensor *ids,
+                                       const te_tensor *dy, te_tensor *dtable,
+                                       int32_t accumulate);
+
+/* Softmax cross-entropy fused over the vocabulary, mean over the tokens whose
+ * target is not ignore_index: loss = mean_t (logsumexp(logits[t]) -
+ * logits[t, target[t]]), and in the same pass
+ * dlogits[t] = grad_scale * (softmax(logits[t]) - onehot(target[t])) / count
+ * (zero rows for ignored tokens). Stable for any finite logits (the row max
+ * is subtracted; fp32 accumulation). count = 0 gives loss 0 and zero
+ * dlogits. */
+typedef struct te_cross_entropy_options {
+  size_t struct_size;
+  int32_t ignore_index; /* default -100 */
+  float grad_scale;     /* default 1: the gradient of the mean loss */
+} te_cross_entropy_options;
+
+TE_API te_status te_cross_entropy_options_init(te_cross_entropy_options *opts);
+
+/* logits: F32/F16/BF16 [n, vocab] (or [..., vocab]); targets: I32, n elements;
+ * loss: F32, one element, on the context's device (written without a host
+ * sync); dlogits: NULL (loss only, e.g. validation), or logits' dtype and
+ * shape, and may be logits itself (in place). opts may be NULL. A target
+ * outside [0, vocab) other than ignore_index: CPU INVALID_ARGUMENT naming the
+ * token; CUDA makes the loss NaN (no host sync to refuse it). */
+TE_API te_status te_cross_entropy(te_context *ctx, const te_cross_entropy_options *opts,
+                                  const te_tensor *logits, const te_tensor *targets,
+                                  te_tensor *loss, te_tensor *dlogits);
+
+/* Which module a parameter is the weight of, so that te_adamw_step refreshes
+ * that module's FP8 weight cache (TE's primary FP8 weights: the next forward
+ * with weight_unchanged = 1 then casts nothing). */
+typedef enum te_module_kind {
+  TE_MODULE_NONE = 0,
+  TE_MODULE_LINEAR = 1,           /* owner: te_linear * */
+  TE_MODULE_LAYERNORM_LINEAR = 2, /* owner: te_layernorm_linear * */
+  TE_MODULE_LAYERNORM_MLP = 3     /* owner: te_layernorm_mlp *, owner_gemm: te_mlp_gemm */
+} te_module_kind;
+
+/* One parameter of an AdamW step. Every tensor lives on the context's device
+ * and has the same number of elements. */
+typedef struct te_adamw_param {
+  size_t struct_size;
+  te_tensor *param;         /* F32 master weights, updated in place */
+  const te_tensor *grad;    /* F32, F16 or BF16 */
+  te_tensor *exp_avg;       /* F32 first moment, updated in place */
+  te_tensor *exp_avg_sq;    /* F32 second moment, updated in place */
+  te_tensor *model_weight;  /* optional (NULL): F32/F16/BF16 copy of the new
+                               param written in the same pass (the weight the
+                               modules are given) */
+  int32_t weight_decay;     /* 1 (default): apply the options' weight decay;
+                               0: not (norms, biases, embeddings if wanted) */
+  te_module_kind owner_kind; /* default TE_MODULE_NONE */
+  const void *owner;        /* the module handle of owner_kind, or NULL */
+  int32_t owner_gemm;       /* TE_MLP_FC1 / TE_MLP_FC2 for a te_layernorm_mlp */
+} te_adamw_param;
+
+TE_API te_status te_adamw_param_init(te_adamw_param *param);
+
+typedef struct te_adamw_options {
+  size_t struct_size;
+  float lr;             /* default 1e-3 */
+  float beta1;          /* default 0.9 */
+  float beta2;          /* default 0.999 */
+  float eps;            /* default 1e-8 */
+  float weight_decay;   /* default 0.01 (decoupled: p -= lr * wd * p) */
+  int64_t step;         /* this update's number, 1-based, for the bias
+                           corrections; default 1 */
+  float max_grad_norm;  /* > 0: scale every gradient by
+                           min(1, max_grad_norm / (norm + 1e-6)), norm being
+                           the global L2 norm of all the step's gradients,
+                           computed on the device; a non-finite norm skips the
+                           whole update (nothing changes). Default 0: off */
+  float *grad_norm;     /* optional device float (the context's device):
+                           receives the global gradient norm (computed even
+                           without clipping when given). Default NULL */
+} te_adamw_options;
+
+TE_API te_status te_adamw_options_init(te_adamw_options *opts);
+
+/* Fused multi-tensor AdamW (PyTorch's torch.optim.AdamW formulas, fp32):
+ *   g  = grad * clip;  p -= lr * weight_decay * p  (when the param decays)
+ *   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+ * then model_weight = p rounded to its dtype, all in one pass over the
+ * tensors (a few launches for the whole list, no host sync). Parameters with
+ * an owner: after the update the owner's FP8 weight cache is re-quantized
+ * from the new weight (model_weight when given, else param) exactly as its
+ * next forward would (same recipe, scale and amax record), so that a
+ * forward with weight_unchanged = 1 gives bit-identical results without a
+ * cast. An owner that has run no FP8 forward yet has no cache: nothing to
+ * refresh. params is an array of count entries laid out with stride
+ * params[0].struct_size (all entries carry the same struct_size).
+ * Bit-identical on the CPU and the GPU. Errors: INVALID_ARGUMENT (shapes,
+ * dtypes, devices, a tensor given twice, options out of range: lr < 0,
+ * betas outside [0, 1), eps <= 0, step < 1, weight_decay < 0, an owner of the
+ * wrong kind or whose weight shape differs); on failure nothing changes. */
+TE_API te_status te_adamw_step(te_context *ctx, const te_adamw_options *opts,
+                               const te_adamw_param *params, size_t count);
+
+/* ------------------------------------------------------------------------- */
+/* Checkpoints                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* A checkpoint is a set of named records — tensors (weights, optimizer
+ * moments) and byte strings (the modules' te_*_state_save buffers, the step,
+ * a data position) — written to one file: a versioned little-endian format
+ * ("TECKPT" magic, format version, records, CRC-32 of everything before it),
+ * replaced atomically (written beside, then renamed). Reading checks the
+ * magic, the version, every length and the checksum: a truncated or
+ * corrupted file is refused (INVALID_ARGUMENT naming what is wrong) and
+ * nothing is returned. Names are 1..255 bytes, unique in a checkpoint.
+ * Handles are not thread-safe; put copies the data in (a tensor on a CUDA
+ * context is copied to the host: the context's stream is synchronised, so
+ * checkpointing is off the training step's hot path). */
+typedef struct te_checkpoint te_checkpoint;
+
+TE_API te_status te_checkpoint_create(te_checkpoint **out);
+TE_API void te_checkpoint_destroy(te_checkpoint *ck);
+
+/* Adds (or replaces) record `name`: a copy of t's data with its dtype and
+ * shape (FP8 tensors are refused: store their high-precision source). */
+TE_API te_status te_checkpoint_put_tensor(te_checkpoint *ck, te_context *ctx, const char *name,
+                                          const te_tensor *t);
+TE_API te_status te_checkpoint_put_bytes(te_checkpoint *ck, const char *name, const void *data,
+                                         size_t size);
+
+/* Copies record `name` into t, which must have the stored dtype and shape.
+ * Errors: INVALID_ARGUMENT (no such record, a byte record, dtype or shape
+ * differs: named in the message); t is then unchanged. */
+TE_API te_status te_checkpoint_get_tensor(const te_checkpoint *ck, te_context *ctx,
+                                          const char *name, te_tensor *t);
+/* Copies byte record `name` into buf (capacity bytes). *size receives its
+ * length; buf may be NULL with capacity 0 to ask for it. A capacity below the
+ * length: INVALID_ARGUMENT, *size set, buf untouched. */
+TE_API te_status te_checkpoint_get_bytes(const te_checkpoint *ck, const char *name, void *buf,
+                                         size_t capacity, size_t *size);
+
+TE_API te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count);
+/* The name of record `index` (0..count-1), valid until the checkpoint changes
+ * or is destroyed. */
+TE_API te_status te_checkpoint_name(const te_checkpoint *ck, size_t index, const char **name);
+
+TE_API te_status te_checkpoint_write(const te_checkpoint *ck, const char *path);
+TE_API te_status te_checkpoint_read(te_checkpoint **out, const char *path);
+/* The same format in memory: serialise into buf (NULL/0 asks for *size), or
+ * parse a buffer (checked as a file is). */
+TE_API te_status te_checkpoint_serialize(const te_checkpoint *ck, void *buf, size_t capacity,
+                                         size_t *size);
+TE_API te_status te_checkpoint_deserialize(te_checkpoint **out, const void *buf, size_t size);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

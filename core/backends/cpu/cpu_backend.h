@@ -47,6 +47,10 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs &args) override;
   void attention_backward(const AttentionBackwardArgs &args) override;
   void rope(const RopeArgs &args) override;
+  void embedding_forward(const EmbeddingForwardArgs &args) override;
+  void embedding_backward(const EmbeddingBackwardArgs &args) override;
+  void cross_entropy(const CrossEntropyArgs &args) override;
+  void adamw(const AdamwArgs &args) override;
 
   void plan_gemm(const GemmArgs &args, ScratchPlan *plan) const override;
   void plan_cast_transpose(const TensorView &x, const TensorView *out, const TensorView *out_t,

@@ -51,6 +51,13 @@ class CudaBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs &args) override;
   void attention_backward(const AttentionBackwardArgs &args) override;
   void rope(const RopeArgs &args) override;
+  void embedding_forward(const EmbeddingForwardArgs &args) override;
+  void embedding_backward(const EmbeddingBackwardArgs &args) override;
+  void cross_entropy(const CrossEntropyArgs &args) override;
+  void adamw(const AdamwArgs &args) override;
+  void plan_embedding_backward(const EmbeddingBackwardArgs &args, ScratchPlan *plan) const override;
+  void plan_cross_entropy(const CrossEntropyArgs &args, ScratchPlan *plan) const override;
+  void plan_adamw(const AdamwArgs &args, ScratchPlan *plan) const override;
   void plan_attention_forward(const AttentionForwardArgs &args, ScratchPlan *plan) const override;
   void plan_attention_backward(const AttentionBackwardArgs &args, ScratchPlan *plan) const override;
 
