@@ -1413,6 +1413,24 @@ TE_API te_status te_cross_entropy(te_context *ctx, const te_cross_entropy_option
                                   const te_tensor *logits, const te_tensor *targets,
                                   te_tensor *loss, te_tensor *dlogits);
 
+/* Elementwise add and column split/concat: the glue a model written against
+ * this API needs between modules (residual connections and their gradients,
+ * a fused QKV projection's output split into attention's q, k, v).
+ * y = a + b elementwise (fp32 arithmetic, rounded once to y's dtype); a, b, y
+ * of one dtype (F32/F16/BF16) and one shape; y may be a or b (in place). */
+TE_API te_status te_add(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *y);
+
+/* Splits x [rows, c_0 + ... + c_{n-1}] (any leading shape; rows = product of
+ * the leading dimensions) by columns into outputs[i] [rows, c_i] (the same
+ * leading shape as x, or any shape of rows * c_i elements whose last
+ * dimension is c_i), and concat_columns is its inverse. One dtype throughout
+ * (any, FP8 included: bytes are moved, scale_inv is not touched); 1 <= n <= 64;
+ * outputs must not overlap x. Exact copies on both backends. */
+TE_API te_status te_split_columns(te_context *ctx, const te_tensor *x, te_tensor *const *outputs,
+                                  size_t n);
+TE_API te_status te_concat_columns(te_context *ctx, const te_tensor *const *inputs, size_t n,
+                                   te_tensor *y);
+
 /* Which module a parameter is the weight of, so that te_adamw_step refreshes
  * that module's FP8 weight cache (TE's primary FP8 weights: the next forward
  * with weight_unchanged = 1 then casts nothing). */
