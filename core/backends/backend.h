@@ -150,6 +150,13 @@ class Backend {
   virtual void attention_forward(const AttentionForwardArgs &args) = 0;
   virtual void attention_backward(const AttentionBackwardArgs &args) = 0;
   virtual void rope(const RopeArgs &args) = 0;
+  // y = a + b elementwise in fp32, rounded once to y's dtype (one dtype, one numel; y may alias a
+  // or b). NaN operands propagate with x86's rules (the first NaN, quietened), bit-identically.
+  virtual void add(const TensorView &a, const TensorView &b, const TensorView &y) = 0;
+  // A strided block copy: rows rows of width bytes, from src (row pitch src_pitch bytes) to dst
+  // (row pitch dst_pitch bytes); the regions do not overlap.
+  virtual void copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                       size_t rows) = 0;
   // Training-step ops (training_args.h).
   virtual void embedding_forward(const EmbeddingForwardArgs &args) = 0;
   virtual void embedding_backward(const EmbeddingBackwardArgs &args) = 0;

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs &args) override;
   void attention_backward(const AttentionBackwardArgs &args) override;
   void rope(const RopeArgs &args) override;
+  void add(const TensorView &a, const TensorView &b, const TensorView &y) override;
+  void copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+               size_t rows) override;
   void embedding_forward(const EmbeddingForwardArgs &args) override;
   void embedding_backward(const EmbeddingBackwardArgs &args) override;
   void cross_entropy(const CrossEntropyArgs &args) override;
