@@ -48,13 +48,40 @@ struct AdamwTensor {
   bool decay = true;
 };
 
+// The grad-norm reduction order, the same on every backend (so the norm, the clip coefficient
+// and therefore every update are bit-identical): each tensor is cut into chunks of kAdamwChunk
+// elements, numbered across the list in order (tensor by tensor); within a chunk, lane
+// l < kAdamwLanes sums g^2 of elements l, l + kAdamwLanes, ... in increasing order in fp32
+// (g*g and the sum each rounded), then the lanes are summed as a binary tree (lane l += lane
+// l + s for s = kAdamwLanes/2, ..., 1). The chunk partials are then reduced the same way: lane
+// l sums partials l, l + kAdamwLanes, ... in increasing chunk order, then the tree.
+// norm = sqrt(total) correctly rounded.
+constexpr int64_t kAdamwChunk = 4096;
+constexpr int kAdamwLanes = 256;
+inline int64_t adamw_chunks(int64_t numel) { return (numel + kAdamwChunk - 1) / kAdamwChunk; }
+
+// The element update, every operation rounded separately (no FMA), in this order:
+//   g = grad * clip
+//   p = p - lr_wd * p                                   (decay only)
+//   m = beta1 * m + one_minus_beta1 * g
+//   v = beta2 * v + one_minus_beta2 * (g * g)
+//   p = p - (lr * (m / bias_correction1)) / (sqrt(v / bias_correction2) + eps)
+//   model_weight = p rounded to nearest even to its dtype
+// clip = min(1, max_grad_norm / (norm + 1e-6)) when max_grad_norm > 0 (a non-finite norm: the
+// whole step is skipped, nothing is written but grad_norm), else 1.
 struct AdamwArgs {
   const AdamwTensor *tensors = nullptr;  // host array
   int count = 0;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   float bias_correction1 = 1.0f, bias_correction2 = 1.0f;  // 1 - beta^step, rounded to float
+  // Derived on the host once by the core (so every backend multiplies by the same floats):
+  float lr_wd = 0.0f;            // lr * weight_decay, rounded to float
+  float one_minus_beta1 = 0.1f;  // 1 - beta1, rounded to float
+  float one_minus_beta2 = 0.001f;
   float max_grad_norm = 0.0f;                              // > 0: clip
   float *grad_norm = nullptr;                              // optional device output
+  int64_t total_chunks = 0;  // sum of adamw_chunks(numel) over the list (the norm's scratch)
+  bool needs_norm() const { return max_grad_norm > 0.0f || grad_norm != nullptr; }
 };
 
 }  // namespace te

@@ -117,6 +117,9 @@ void ProjectionForward::run() {
     req.state = &st_.weight;
     quantize(be, req, w_, wc_->q);
     wc_->recipe_key = mode_.recipe->key();
+    wc_->recipe = RecipeRef(mode_.recipe);
+    wc_->group_reduced = mode_.group && mode_.group->needs_reduction() && mode_.recipe->kind() == RecipeKind::Current &&
+                         mode_.recipe->options().reduce_amax;
     st_.weight_cache = wc_;
   }
   be.gemm(fprop_);

@@ -25,6 +25,12 @@ enum class TensorRole : int { Input = 0, Weight = 1, GradOutput = 2 };
 struct WeightCache {
   QuantizedMatrix q;
   uint64_t recipe_key = 0;
+  // What te_adamw_step needs to re-quantize the cache after an update exactly as the next
+  // forward would: the recipe it was made under (retained: the caller may release it), and
+  // whether its scale came from an amax all-reduced over a multi-rank group (current scaling),
+  // which one rank cannot redo alone (such a cache is dropped instead; the forward recasts).
+  RecipeRef recipe;
+  bool group_reduced = false;
 };
 
 // What a projection keeps between calls; lives in its module's core.
