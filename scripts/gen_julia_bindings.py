@@ -328,11 +328,14 @@ class Preprocessor:
 class Type:
     """A parsed C type: base name, qualifiers, pointer depth, array extent."""
 
-    def __init__(self, base, const, ptr, array=None):
+    def __init__(self, base, const, ptr, array=None, stars=None):
         self.base, self.const, self.ptr, self.array = base, const, ptr, array
+        # The pointer part as the header spells it ("*const *"), for the generated comments;
+        # the Julia type does not depend on it.
+        self.stars = stars if stars is not None else "*" * ptr
 
     def c(self):
-        s = ("const " if self.const else "") + self.base + (" " + "*" * self.ptr if self.ptr else "")
+        s = ("const " if self.const else "") + self.base + (" " + self.stars if self.ptr else "")
         return s + ("[%d]" % self.array if self.array is not None else "")
 
 
@@ -452,7 +455,8 @@ def parse_type(tpart, line, model):
         return Type("void", const, 0)
     if base in model.opaques and ptr == 0:
         fail(line, "opaque type %s used by value" % base)
-    return Type(base, const, ptr)
+    stars = re.sub(r"\s+", " ", ("*" + after).strip()).replace("* *", "**") if ptr else ""
+    return Type(base, const, ptr, stars=stars)
 
 
 def julia_type(t, model, *, context):

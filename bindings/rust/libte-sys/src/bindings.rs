@@ -5716,3 +5716,632 @@ extern "C" {
         dx: *mut te_tensor,
     ) -> te_status;
 }
+extern "C" {
+    pub fn te_embedding_forward(
+        ctx: *mut te_context,
+        table: *const te_tensor,
+        ids: *const te_tensor,
+        y: *mut te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_embedding_backward(
+        ctx: *mut te_context,
+        ids: *const te_tensor,
+        dy: *const te_tensor,
+        dtable: *mut te_tensor,
+        accumulate: i32,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct te_cross_entropy_options {
+    pub struct_size: usize,
+    pub ignore_index: i32,
+    pub grad_scale: f32,
+}
+#[test]
+fn bindgen_test_layout_te_cross_entropy_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_cross_entropy_options>(),
+        16usize,
+        concat!("Size of: ", stringify!(te_cross_entropy_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_cross_entropy_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_cross_entropy_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_cross_entropy_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_cross_entropy_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_ignore_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_cross_entropy_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ignore_index) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_cross_entropy_options),
+                "::",
+                stringify!(ignore_index)
+            )
+        );
+    }
+    test_field_ignore_index();
+    fn test_field_grad_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_cross_entropy_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grad_scale) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_cross_entropy_options),
+                "::",
+                stringify!(grad_scale)
+            )
+        );
+    }
+    test_field_grad_scale();
+}
+extern "C" {
+    pub fn te_cross_entropy_options_init(opts: *mut te_cross_entropy_options) -> te_status;
+}
+extern "C" {
+    pub fn te_cross_entropy(
+        ctx: *mut te_context,
+        opts: *const te_cross_entropy_options,
+        logits: *const te_tensor,
+        targets: *const te_tensor,
+        loss: *mut te_tensor,
+        dlogits: *mut te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_add(
+        ctx: *mut te_context,
+        a: *const te_tensor,
+        b: *const te_tensor,
+        y: *mut te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_split_columns(
+        ctx: *mut te_context,
+        x: *const te_tensor,
+        outputs: *const *mut te_tensor,
+        n: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_concat_columns(
+        ctx: *mut te_context,
+        inputs: *const *const te_tensor,
+        n: usize,
+        y: *mut te_tensor,
+    ) -> te_status;
+}
+impl te_module_kind {
+    pub const TE_MODULE_NONE: te_module_kind = te_module_kind(0);
+}
+impl te_module_kind {
+    pub const TE_MODULE_LINEAR: te_module_kind = te_module_kind(1);
+}
+impl te_module_kind {
+    pub const TE_MODULE_LAYERNORM_LINEAR: te_module_kind = te_module_kind(2);
+}
+impl te_module_kind {
+    pub const TE_MODULE_LAYERNORM_MLP: te_module_kind = te_module_kind(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct te_module_kind(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_adamw_param {
+    pub struct_size: usize,
+    pub param: *mut te_tensor,
+    pub grad: *const te_tensor,
+    pub exp_avg: *mut te_tensor,
+    pub exp_avg_sq: *mut te_tensor,
+    pub model_weight: *mut te_tensor,
+    pub weight_decay: i32,
+    pub owner_kind: te_module_kind,
+    pub owner: *const ::std::os::raw::c_void,
+    pub owner_gemm: i32,
+}
+#[test]
+fn bindgen_test_layout_te_adamw_param() {
+    assert_eq!(
+        ::std::mem::size_of::<te_adamw_param>(),
+        72usize,
+        concat!("Size of: ", stringify!(te_adamw_param))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_adamw_param>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_adamw_param))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_param() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).param) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(param)
+            )
+        );
+    }
+    test_field_param();
+    fn test_field_grad() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grad) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(grad)
+            )
+        );
+    }
+    test_field_grad();
+    fn test_field_exp_avg() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exp_avg) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(exp_avg)
+            )
+        );
+    }
+    test_field_exp_avg();
+    fn test_field_exp_avg_sq() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exp_avg_sq) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(exp_avg_sq)
+            )
+        );
+    }
+    test_field_exp_avg_sq();
+    fn test_field_model_weight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).model_weight) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(model_weight)
+            )
+        );
+    }
+    test_field_model_weight();
+    fn test_field_weight_decay() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_decay) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(weight_decay)
+            )
+        );
+    }
+    test_field_weight_decay();
+    fn test_field_owner_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).owner_kind) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(owner_kind)
+            )
+        );
+    }
+    test_field_owner_kind();
+    fn test_field_owner() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).owner) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(owner)
+            )
+        );
+    }
+    test_field_owner();
+    fn test_field_owner_gemm() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_param>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).owner_gemm) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_param),
+                "::",
+                stringify!(owner_gemm)
+            )
+        );
+    }
+    test_field_owner_gemm();
+}
+impl Default for te_adamw_param {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_adamw_param_init(param: *mut te_adamw_param) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_adamw_options {
+    pub struct_size: usize,
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub step: i64,
+    pub max_grad_norm: f32,
+    pub grad_norm: *mut f32,
+}
+#[test]
+fn bindgen_test_layout_te_adamw_options() {
+    assert_eq!(
+        ::std::mem::size_of::<te_adamw_options>(),
+        56usize,
+        concat!("Size of: ", stringify!(te_adamw_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<te_adamw_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(te_adamw_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_lr() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).lr) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(lr)
+            )
+        );
+    }
+    test_field_lr();
+    fn test_field_beta1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).beta1) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(beta1)
+            )
+        );
+    }
+    test_field_beta1();
+    fn test_field_beta2() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).beta2) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(beta2)
+            )
+        );
+    }
+    test_field_beta2();
+    fn test_field_eps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).eps) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(eps)
+            )
+        );
+    }
+    test_field_eps();
+    fn test_field_weight_decay() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_decay) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(weight_decay)
+            )
+        );
+    }
+    test_field_weight_decay();
+    fn test_field_step() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).step) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(step)
+            )
+        );
+    }
+    test_field_step();
+    fn test_field_max_grad_norm() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_grad_norm) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(max_grad_norm)
+            )
+        );
+    }
+    test_field_max_grad_norm();
+    fn test_field_grad_norm() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<te_adamw_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grad_norm) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(te_adamw_options),
+                "::",
+                stringify!(grad_norm)
+            )
+        );
+    }
+    test_field_grad_norm();
+}
+impl Default for te_adamw_options {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn te_adamw_options_init(opts: *mut te_adamw_options) -> te_status;
+}
+extern "C" {
+    pub fn te_adamw_step(
+        ctx: *mut te_context,
+        opts: *const te_adamw_options,
+        params: *const te_adamw_param,
+        count: usize,
+    ) -> te_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct te_checkpoint {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn te_checkpoint_create(out: *mut *mut te_checkpoint) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_destroy(ck: *mut te_checkpoint);
+}
+extern "C" {
+    pub fn te_checkpoint_put_tensor(
+        ck: *mut te_checkpoint,
+        ctx: *mut te_context,
+        name: *const ::std::os::raw::c_char,
+        t: *const te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_put_bytes(
+        ck: *mut te_checkpoint,
+        name: *const ::std::os::raw::c_char,
+        data: *const ::std::os::raw::c_void,
+        size: usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_get_tensor(
+        ck: *const te_checkpoint,
+        ctx: *mut te_context,
+        name: *const ::std::os::raw::c_char,
+        t: *mut te_tensor,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_get_bytes(
+        ck: *const te_checkpoint,
+        name: *const ::std::os::raw::c_char,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_count(ck: *const te_checkpoint, count: *mut usize) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_name(
+        ck: *const te_checkpoint,
+        index: usize,
+        name: *mut *const ::std::os::raw::c_char,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_write(
+        ck: *const te_checkpoint,
+        path: *const ::std::os::raw::c_char,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_read(
+        out: *mut *mut te_checkpoint,
+        path: *const ::std::os::raw::c_char,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_serialize(
+        ck: *const te_checkpoint,
+        buf: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
+    pub fn te_checkpoint_deserialize(
+        out: *mut *mut te_checkpoint,
+        buf: *const ::std::os::raw::c_void,
+        size: usize,
+    ) -> te_status;
+}

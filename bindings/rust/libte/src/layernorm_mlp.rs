@@ -91,7 +91,7 @@ pub enum MlpGemm {
 }
 
 impl MlpGemm {
-    fn to_raw(self) -> sys::te_mlp_gemm {
+    pub(crate) fn to_raw(self) -> sys::te_mlp_gemm {
         match self {
             MlpGemm::Fc1 => sys::te_mlp_gemm::TE_MLP_FC1,
             MlpGemm::Fc2 => sys::te_mlp_gemm::TE_MLP_FC2,

@@ -21,6 +21,13 @@
 //!   ([`NormOptions`]), with FP8 outputs and their transpose.
 //! * [`Context::rope_forward`] / [`Context::rope_backward`]: rotary position embedding
 //!   ([`RopeOptions`]).
+//! * The training step's glue, as methods of [`Context`]: [`Context::add`],
+//!   [`Context::split_columns`] / [`Context::concat_columns`], the token embedding
+//!   ([`Context::embedding_forward`] / [`Context::embedding_backward`]), the fused
+//!   cross-entropy ([`Context::cross_entropy`], [`CrossEntropyOptions`]) and the fused AdamW
+//!   step ([`AdamW`], [`Context::adamw_step`], [`AdamWParam`]s whose [`ParamOwner`] has its FP8
+//!   weight cache refreshed).
+//! * [`Checkpoint`]: named tensors and byte strings in one checksummed file or buffer.
 //! * [`TensorView`] / [`TensorViewMut`]: `te_tensor` views of slices of `f32`, [`F16`],
 //!   [`Bf16`] or `i32` (or FP8 codes with their scale_inv).
 //! * Every fallible call returns [`Result`]; an [`Error`] carries the [`Status`] and the
@@ -65,6 +72,7 @@
 
 mod attention;
 mod autocast;
+mod checkpoint;
 mod context;
 mod error;
 mod group;
@@ -78,6 +86,7 @@ mod norm;
 mod recipe;
 mod rope;
 mod tensor;
+mod training;
 
 pub use libte_sys as sys;
 
@@ -86,6 +95,7 @@ pub use crate::attention::{
     AttentionResiduals, AttentionTensor, AttnMask,
 };
 pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
+pub use crate::checkpoint::Checkpoint;
 pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
 pub use crate::error::{Error, Result, Status};
 pub use crate::group::{nccl_unique_id, Group, NcclId, NCCL_ID_BYTES};
@@ -110,6 +120,9 @@ pub use crate::norm::{NormGrads, NormKind, NormOptions, NormOutputs};
 pub use crate::recipe::{AmaxAlgo, Format, Recipe, RecipeKind, RecipeOptions};
 pub use crate::rope::RopeOptions;
 pub use crate::tensor::{DType, Element, ScalingMode, TensorView, TensorViewMut, MAX_DIMS};
+pub use crate::training::{
+    AdamW, AdamWOptions, AdamWParam, CrossEntropyOptions, ParamOwner, MAX_COLUMN_PARTS,
+};
 
 /// The loaded library's version, encoded as `MAJOR * 10000 + MINOR * 100 + PATCH`.
 pub fn version() -> u32 {

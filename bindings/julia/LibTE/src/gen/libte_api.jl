@@ -1493,10 +1493,10 @@ struct te_grouped_linear_forward_args
     # host array [num_gemms], each >= 0
     m_splits::Ptr{Int64}  # offset 16: const int64_t *
     # [num_gemms] pointers, each W_i [out, in]
-    weights::Ptr{Ptr{te_tensor}}  # offset 24: const te_tensor **
+    weights::Ptr{Ptr{te_tensor}}  # offset 24: const te_tensor *const *
     # [num_gemms] pointers, each b_i [out];
     # NULL iff the layer has no bias
-    biases::Ptr{Ptr{te_tensor}}  # offset 32: const te_tensor **
+    biases::Ptr{Ptr{te_tensor}}  # offset 32: const te_tensor *const *
     # every expert's FP8 weight may be reused
     weight_unchanged::Int32  # offset 40: int32_t
 end
@@ -1547,7 +1547,7 @@ end
 # fuse_wgrad_accumulation, and db = 0). args may be NULL. Errors: as
 # te_linear_backward, and INVALID_ARGUMENT for a NULL or misshapen dw[i] or
 # db[i].
-# C: te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd, const te_tensor *dy, te_tensor *dx, te_tensor **dw, te_tensor **db, const te_linear_backward_args *args)
+# C: te_status te_grouped_linear_backward(te_context *ctx, te_grouped_linear_backward_ctx *bwd, const te_tensor *dy, te_tensor *dx, te_tensor *const *dw, te_tensor *const *db, const te_linear_backward_args *args)
 function te_grouped_linear_backward(ctx, bwd, dy, dx, dw, db, args)
     ccall((:te_grouped_linear_backward, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear_backward_ctx}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Ptr{Ptr{te_tensor}}, Ptr{te_linear_backward_args}), ctx, bwd, dy, dx, dw, db, args)
 end
@@ -1573,7 +1573,7 @@ function te_grouped_linear_forward_compute_into(ctx, g, args, y, residuals, resi
     ccall((:te_grouped_linear_forward_compute_into, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{te_tensor}, Ptr{Cvoid}, Csize_t), ctx, g, args, y, residuals, residuals_bytes)
 end
 
-# C: te_status te_grouped_linear_backward_from(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, te_tensor *dx, te_tensor **dw, te_tensor **db, const te_linear_backward_args *args)
+# C: te_status te_grouped_linear_backward_from(te_context *ctx, te_grouped_linear *g, const te_grouped_linear_forward_args *inputs, const void *residuals, size_t residuals_bytes, const te_tensor *dy, te_tensor *dx, te_tensor *const *dw, te_tensor *const *db, const te_linear_backward_args *args)
 function te_grouped_linear_backward_from(ctx, g, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
     ccall((:te_grouped_linear_backward_from, libte), te_status, (Ptr{te_context}, Ptr{te_grouped_linear}, Ptr{te_grouped_linear_forward_args}, Ptr{Cvoid}, Csize_t, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Ptr{Ptr{te_tensor}}, Ptr{te_linear_backward_args}), ctx, g, inputs, residuals, residuals_bytes, dy, dx, dw, db, args)
 end
@@ -1874,6 +1874,282 @@ function te_rope_backward(ctx, opts, dy, freqs, cu_seqlens, dx)
     ccall((:te_rope_backward, libte), te_status, (Ptr{te_context}, Ptr{te_rope_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, dy, freqs, cu_seqlens, dx)
 end
 
+# ----------------------------------------------------------------------------------------------
+# Training-step ops: embedding, cross-entropy, AdamW
+# ----------------------------------------------------------------------------------------------
+
+# Token embedding, a gather: y[t, :] = table[ids[t], :] for every token t.
+# table: F32/F16/BF16 [vocab, dim]; ids: I32 of any shape (n tokens, e.g.
+# [batch, seq]); y: the table's dtype, ids' shape followed by dim (or any
+# shape of n * dim elements whose last dimension is dim).
+# An id outside [0, vocab): the CPU refuses the call (INVALID_ARGUMENT naming
+# the position, nothing written); CUDA cannot look without a host sync and
+# writes that token's row as zeros instead.
+# C: te_status te_embedding_forward(te_context *ctx, const te_tensor *table, const te_tensor *ids, te_tensor *y)
+function te_embedding_forward(ctx, table, ids, y)
+    ccall((:te_embedding_forward, libte), te_status, (Ptr{te_context}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, table, ids, y)
+end
+
+# The embedding's gradient, a scatter-add: dtable[ids[t], :] += dy[t, :].
+# dtable: F32 [vocab, dim] (zeroed first unless accumulate = 1, so a tied LM
+# head's dW can be added to); dy: F32/F16/BF16, n * dim elements, last
+# dimension dim. Deterministic: each row sums its tokens in increasing t, in
+# fp32, on both backends (bit-identical CPU/GPU). Ids out of range: as the
+# forward (CPU: INVALID_ARGUMENT; CUDA: the token is skipped).
+# C: te_status te_embedding_backward(te_context *ctx, const te_tensor *ids, const te_tensor *dy, te_tensor *dtable, int32_t accumulate)
+function te_embedding_backward(ctx, ids, dy, dtable, accumulate)
+    ccall((:te_embedding_backward, libte), te_status, (Ptr{te_context}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Int32), ctx, ids, dy, dtable, accumulate)
+end
+
+# Softmax cross-entropy fused over the vocabulary, mean over the tokens whose
+# target is not ignore_index: loss = mean_t (logsumexp(logits[t]) -
+# logits[t, target[t]]), and in the same pass
+# dlogits[t] = grad_scale * (softmax(logits[t]) - onehot(target[t])) / count
+# (zero rows for ignored tokens). Stable for any finite logits (the row max
+# is subtracted; fp32 accumulation). count = 0 gives loss 0 and zero
+# dlogits.
+# struct te_cross_entropy_options: 16 bytes, 8-byte aligned
+struct te_cross_entropy_options
+    struct_size::Csize_t  # offset 0: size_t
+    # default -100
+    ignore_index::Int32  # offset 8: int32_t
+    # default 1: the gradient of the mean loss
+    grad_scale::Cfloat  # offset 12: float
+end
+
+# C: te_status te_cross_entropy_options_init(te_cross_entropy_options *opts)
+function te_cross_entropy_options_init(opts)
+    ccall((:te_cross_entropy_options_init, libte), te_status, (Ptr{te_cross_entropy_options},), opts)
+end
+
+# logits: F32/F16/BF16 [n, vocab] (or [..., vocab]); targets: I32, n elements;
+# loss: F32, one element, on the context's device (written without a host
+# sync); dlogits: NULL (loss only, e.g. validation), or logits' dtype and
+# shape, and may be logits itself (in place). opts may be NULL. A target
+# outside [0, vocab) other than ignore_index: CPU INVALID_ARGUMENT naming the
+# token; CUDA makes the loss NaN (no host sync to refuse it).
+# C: te_status te_cross_entropy(te_context *ctx, const te_cross_entropy_options *opts, const te_tensor *logits, const te_tensor *targets, te_tensor *loss, te_tensor *dlogits)
+function te_cross_entropy(ctx, opts, logits, targets, loss, dlogits)
+    ccall((:te_cross_entropy, libte), te_status, (Ptr{te_context}, Ptr{te_cross_entropy_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, logits, targets, loss, dlogits)
+end
+
+# Elementwise add and column split/concat: the glue a model written against
+# this API needs between modules (residual connections and their gradients,
+# a fused QKV projection's output split into attention's q, k, v).
+# y = a + b elementwise (fp32 arithmetic, rounded once to y's dtype); a, b, y
+# of one dtype (F32/F16/BF16) and one shape; y may be a or b (in place).
+# C: te_status te_add(te_context *ctx, const te_tensor *a, const te_tensor *b, te_tensor *y)
+function te_add(ctx, a, b, y)
+    ccall((:te_add, libte), te_status, (Ptr{te_context}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, a, b, y)
+end
+
+# Splits x [rows, c_0 + ... + c_{n-1}] (any leading shape; rows = product of
+# the leading dimensions) by columns into outputs[i] [rows, c_i] (the same
+# leading shape as x, or any shape of rows * c_i elements whose last
+# dimension is c_i), and concat_columns is its inverse. One dtype throughout
+# (any, FP8 included: bytes are moved, scale_inv is not touched); 1 <= n <= 64;
+# outputs must not overlap x. Exact copies on both backends.
+# C: te_status te_split_columns(te_context *ctx, const te_tensor *x, te_tensor *const *outputs, size_t n)
+function te_split_columns(ctx, x, outputs, n)
+    ccall((:te_split_columns, libte), te_status, (Ptr{te_context}, Ptr{te_tensor}, Ptr{Ptr{te_tensor}}, Csize_t), ctx, x, outputs, n)
+end
+
+# C: te_status te_concat_columns(te_context *ctx, const te_tensor *const *inputs, size_t n, te_tensor *y)
+function te_concat_columns(ctx, inputs, n, y)
+    ccall((:te_concat_columns, libte), te_status, (Ptr{te_context}, Ptr{Ptr{te_tensor}}, Csize_t, Ptr{te_tensor}), ctx, inputs, n, y)
+end
+
+# Which module a parameter is the weight of, so that te_adamw_step refreshes
+# that module's FP8 weight cache (TE's primary FP8 weights: the next forward
+# with weight_unchanged = 1 then casts nothing).
+# enum te_module_kind
+const te_module_kind = Cint
+const TE_MODULE_NONE = te_module_kind(0)
+# owner: te_linear *
+const TE_MODULE_LINEAR = te_module_kind(1)
+# owner: te_layernorm_linear *
+const TE_MODULE_LAYERNORM_LINEAR = te_module_kind(2)
+# owner: te_layernorm_mlp *, owner_gemm: te_mlp_gemm
+const TE_MODULE_LAYERNORM_MLP = te_module_kind(3)
+
+# One parameter of an AdamW step. Every tensor lives on the context's device
+# and has the same number of elements.
+# struct te_adamw_param: 72 bytes, 8-byte aligned
+struct te_adamw_param
+    struct_size::Csize_t  # offset 0: size_t
+    # F32 master weights, updated in place
+    param::Ptr{te_tensor}  # offset 8: te_tensor *
+    # F32, F16 or BF16
+    grad::Ptr{te_tensor}  # offset 16: const te_tensor *
+    # F32 first moment, updated in place
+    exp_avg::Ptr{te_tensor}  # offset 24: te_tensor *
+    # F32 second moment, updated in place
+    exp_avg_sq::Ptr{te_tensor}  # offset 32: te_tensor *
+    # optional (NULL): F32/F16/BF16 copy of the new
+    # param written in the same pass (the weight the
+    # modules are given)
+    model_weight::Ptr{te_tensor}  # offset 40: te_tensor *
+    # 1 (default): apply the options' weight decay;
+    # 0: not (norms, biases, embeddings if wanted)
+    weight_decay::Int32  # offset 48: int32_t
+    # default TE_MODULE_NONE
+    owner_kind::te_module_kind  # offset 52: te_module_kind
+    # the module handle of owner_kind, or NULL
+    owner::Ptr{Cvoid}  # offset 56: const void *
+    # TE_MLP_FC1 / TE_MLP_FC2 for a te_layernorm_mlp
+    owner_gemm::Int32  # offset 64: int32_t
+end
+
+# C: te_status te_adamw_param_init(te_adamw_param *param)
+function te_adamw_param_init(param)
+    ccall((:te_adamw_param_init, libte), te_status, (Ptr{te_adamw_param},), param)
+end
+
+# struct te_adamw_options: 56 bytes, 8-byte aligned
+struct te_adamw_options
+    struct_size::Csize_t  # offset 0: size_t
+    # default 1e-3
+    lr::Cfloat  # offset 8: float
+    # default 0.9
+    beta1::Cfloat  # offset 12: float
+    # default 0.999
+    beta2::Cfloat  # offset 16: float
+    # default 1e-8
+    eps::Cfloat  # offset 20: float
+    # default 0.01 (decoupled: p -= lr * wd * p)
+    weight_decay::Cfloat  # offset 24: float
+    # this update's number, 1-based, for the bias
+    # corrections; default 1
+    step::Int64  # offset 32: int64_t
+    # > 0: scale every gradient by
+    # min(1, max_grad_norm / (norm + 1e-6)), norm being
+    # the global L2 norm of all the step's gradients,
+    # computed on the device; a non-finite norm skips the
+    # whole update (nothing changes). Default 0: off
+    max_grad_norm::Cfloat  # offset 40: float
+    # optional device float (the context's device):
+    # receives the global gradient norm (computed even
+    # without clipping when given). Default NULL
+    grad_norm::Ptr{Cfloat}  # offset 48: float *
+end
+
+# C: te_status te_adamw_options_init(te_adamw_options *opts)
+function te_adamw_options_init(opts)
+    ccall((:te_adamw_options_init, libte), te_status, (Ptr{te_adamw_options},), opts)
+end
+
+# Fused multi-tensor AdamW (PyTorch's torch.optim.AdamW formulas, fp32):
+# g  = grad * clip;  p -= lr * weight_decay * p  (when the param decays)
+# m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+# p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+# then model_weight = p rounded to its dtype, all in one pass over the
+# tensors (a few launches for the whole list, no host sync). Parameters with
+# an owner: after the update the owner's FP8 weight cache is re-quantized
+# from the new weight (model_weight when given, else param) exactly as its
+# next forward would (same recipe, scale and amax record), so that a
+# forward with weight_unchanged = 1 gives bit-identical results without a
+# cast. An owner that has run no FP8 forward yet has no cache: nothing to
+# refresh. params is an array of count entries laid out with stride
+# params[0].struct_size (all entries carry the same struct_size).
+# Bit-identical on the CPU and the GPU. Errors: INVALID_ARGUMENT (shapes,
+# dtypes, devices, a tensor given twice, options out of range: lr < 0,
+# betas outside [0, 1), eps <= 0, step < 1, weight_decay < 0, an owner of the
+# wrong kind or whose weight shape differs); on failure nothing changes.
+# C: te_status te_adamw_step(te_context *ctx, const te_adamw_options *opts, const te_adamw_param *params, size_t count)
+function te_adamw_step(ctx, opts, params, count)
+    ccall((:te_adamw_step, libte), te_status, (Ptr{te_context}, Ptr{te_adamw_options}, Ptr{te_adamw_param}, Csize_t), ctx, opts, params, count)
+end
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------------------------
+
+# A checkpoint is a set of named records — tensors (weights, optimizer
+# moments) and byte strings (the modules' te_*_state_save buffers, the step,
+# a data position) — written to one file: a versioned little-endian format
+# ("TECKPT" magic, format version, records, CRC-32 of everything before it),
+# replaced atomically (written beside, then renamed). Reading checks the
+# magic, the version, every length and the checksum: a truncated or
+# corrupted file is refused (INVALID_ARGUMENT naming what is wrong) and
+# nothing is returned. Names are 1..255 bytes, unique in a checkpoint.
+# Handles are not thread-safe; put copies the data in (a tensor on a CUDA
+# context is copied to the host: the context's stream is synchronised, so
+# checkpointing is off the training step's hot path).
+# opaque struct te_checkpoint: handles are `Ptr{te_checkpoint}` == `Ptr{Cvoid}`
+const te_checkpoint = Cvoid
+
+# C: te_status te_checkpoint_create(te_checkpoint **out)
+function te_checkpoint_create(out)
+    ccall((:te_checkpoint_create, libte), te_status, (Ptr{Ptr{te_checkpoint}},), out)
+end
+
+# C: void te_checkpoint_destroy(te_checkpoint *ck)
+function te_checkpoint_destroy(ck)
+    ccall((:te_checkpoint_destroy, libte), Cvoid, (Ptr{te_checkpoint},), ck)
+end
+
+# Adds (or replaces) record `name`: a copy of t's data with its dtype and
+# shape (FP8 tensors are refused: store their high-precision source).
+# C: te_status te_checkpoint_put_tensor(te_checkpoint *ck, te_context *ctx, const char *name, const te_tensor *t)
+function te_checkpoint_put_tensor(ck, ctx, name, t)
+    ccall((:te_checkpoint_put_tensor, libte), te_status, (Ptr{te_checkpoint}, Ptr{te_context}, Cstring, Ptr{te_tensor}), ck, ctx, name, t)
+end
+
+# C: te_status te_checkpoint_put_bytes(te_checkpoint *ck, const char *name, const void *data, size_t size)
+function te_checkpoint_put_bytes(ck, name, data, size)
+    ccall((:te_checkpoint_put_bytes, libte), te_status, (Ptr{te_checkpoint}, Cstring, Ptr{Cvoid}, Csize_t), ck, name, data, size)
+end
+
+# Copies record `name` into t, which must have the stored dtype and shape.
+# Errors: INVALID_ARGUMENT (no such record, a byte record, dtype or shape
+# differs: named in the message); t is then unchanged.
+# C: te_status te_checkpoint_get_tensor(const te_checkpoint *ck, te_context *ctx, const char *name, te_tensor *t)
+function te_checkpoint_get_tensor(ck, ctx, name, t)
+    ccall((:te_checkpoint_get_tensor, libte), te_status, (Ptr{te_checkpoint}, Ptr{te_context}, Cstring, Ptr{te_tensor}), ck, ctx, name, t)
+end
+
+# Copies byte record `name` into buf (capacity bytes). *size receives its
+# length; buf may be NULL with capacity 0 to ask for it. A capacity below the
+# length: INVALID_ARGUMENT, *size set, buf untouched.
+# C: te_status te_checkpoint_get_bytes(const te_checkpoint *ck, const char *name, void *buf, size_t capacity, size_t *size)
+function te_checkpoint_get_bytes(ck, name, buf, capacity, size)
+    ccall((:te_checkpoint_get_bytes, libte), te_status, (Ptr{te_checkpoint}, Cstring, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ck, name, buf, capacity, size)
+end
+
+# C: te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count)
+function te_checkpoint_count(ck, count)
+    ccall((:te_checkpoint_count, libte), te_status, (Ptr{te_checkpoint}, Ptr{Csize_t}), ck, count)
+end
+
+# The name of record `index` (0..count-1), valid until the checkpoint changes
+# or is destroyed.
+# C: te_status te_checkpoint_name(const te_checkpoint *ck, size_t index, const char **name)
+function te_checkpoint_name(ck, index, name)
+    ccall((:te_checkpoint_name, libte), te_status, (Ptr{te_checkpoint}, Csize_t, Ptr{Ptr{Cchar}}), ck, index, name)
+end
+
+# C: te_status te_checkpoint_write(const te_checkpoint *ck, const char *path)
+function te_checkpoint_write(ck, path)
+    ccall((:te_checkpoint_write, libte), te_status, (Ptr{te_checkpoint}, Cstring), ck, path)
+end
+
+# C: te_status te_checkpoint_read(te_checkpoint **out, const char *path)
+function te_checkpoint_read(out, path)
+    ccall((:te_checkpoint_read, libte), te_status, (Ptr{Ptr{te_checkpoint}}, Cstring), out, path)
+end
+
+# The same format in memory: serialise into buf (NULL/0 asks for *size), or
+# parse a buffer (checked as a file is).
+# C: te_status te_checkpoint_serialize(const te_checkpoint *ck, void *buf, size_t capacity, size_t *size)
+function te_checkpoint_serialize(ck, buf, capacity, size)
+    ccall((:te_checkpoint_serialize, libte), te_status, (Ptr{te_checkpoint}, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ck, buf, capacity, size)
+end
+
+# C: te_status te_checkpoint_deserialize(te_checkpoint **out, const void *buf, size_t size)
+function te_checkpoint_deserialize(out, buf, size)
+    ccall((:te_checkpoint_deserialize, libte), te_status, (Ptr{Ptr{te_checkpoint}}, Ptr{Cvoid}, Csize_t), out, buf, size)
+end
+
 # Every function above, in header order (the static checks use it).
 const TE_API_FUNCTIONS = (
     :te_version,
@@ -2016,4 +2292,26 @@ const TE_API_FUNCTIONS = (
     :te_rope_options_init,
     :te_rope_forward,
     :te_rope_backward,
+    :te_embedding_forward,
+    :te_embedding_backward,
+    :te_cross_entropy_options_init,
+    :te_cross_entropy,
+    :te_add,
+    :te_split_columns,
+    :te_concat_columns,
+    :te_adamw_param_init,
+    :te_adamw_options_init,
+    :te_adamw_step,
+    :te_checkpoint_create,
+    :te_checkpoint_destroy,
+    :te_checkpoint_put_tensor,
+    :te_checkpoint_put_bytes,
+    :te_checkpoint_get_tensor,
+    :te_checkpoint_get_bytes,
+    :te_checkpoint_count,
+    :te_checkpoint_name,
+    :te_checkpoint_write,
+    :te_checkpoint_read,
+    :te_checkpoint_serialize,
+    :te_checkpoint_deserialize,
 )
