@@ -40,6 +40,14 @@ float adamw_bias_correction(float beta, int64_t step);
 
 // Strong guarantee: everything that can fail (scratch, new caches) happens before the first
 // kernel; afterwards only a device failure can throw.
+// The refresh does to an owner's weight state what the next forward's cast would: under delayed
+// scaling it max-accumulates the new weight's amax into the state's current-amax slot (read back
+// as history[0] until the next scope-end update), under current scaling it computes the state's
+// scale from the new weight. Owners are dropped instead of refreshed (the next forward recasts,
+// with identical results) when: an autocast scope is open (the amax would join that scope's
+// pass), the cache was made under current scaling with an amax all-reduced over a multi-rank
+// group (one rank cannot redo the collective alone, and the group may be gone), or the weight
+// state no longer matches the cache's recipe.
 void adamw_step(Context &ctx, const AdamwHyper &h, const AdamwParam *params, size_t count);
 
 }  // namespace te
