@@ -29,6 +29,13 @@
  *    that another thread can run meanwhile (e.g. a watchdog calling te_group_abort).
  *  - te_swig_* functions are call-shaped helpers for the Python package's low-level interface
  *    (options structs built in C, tensors as tuples).
+ *  - Training-step ops and checkpoints: te_adamw_step(ctx, opts, params) takes params as a list
+ *    of te_adamw_param proxies or 9-tuples (param, grad, exp_avg, exp_avg_sq, model_weight,
+ *    weight_decay, owner_kind, owner, owner_gemm) - tensors as in any call, owner a module
+ *    handle proxy, an address or None - and passes its length as count. Checkpoint record names
+ *    are str (UTF-8) or bytes, te_checkpoint_name returns bytes, paths are str, bytes or
+ *    os.PathLike, te_checkpoint_count returns the count; byte records go in and come out
+ *    through buffers as state_save/state_load's do.
  */
 %module(package="libte") _te_swig
 
@@ -36,6 +43,61 @@
 #include <te/te.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The training-step ops, AdamW and checkpoints are weak references, so that the module still
+ * imports with a libte.so built before them (Python resolves an extension's symbols when it
+ * loads it): their address is then NULL, te_swig_exports(name) says so, and calling one raises
+ * Unsupported (TE_WEAK below) instead of crashing. */
+#pragma weak te_add
+#pragma weak te_split_columns
+#pragma weak te_concat_columns
+#pragma weak te_embedding_forward
+#pragma weak te_embedding_backward
+#pragma weak te_cross_entropy_options_init
+#pragma weak te_cross_entropy
+#pragma weak te_adamw_param_init
+#pragma weak te_adamw_options_init
+#pragma weak te_adamw_step
+#pragma weak te_checkpoint_create
+#pragma weak te_checkpoint_destroy
+#pragma weak te_checkpoint_put_tensor
+#pragma weak te_checkpoint_put_bytes
+#pragma weak te_checkpoint_get_tensor
+#pragma weak te_checkpoint_get_bytes
+#pragma weak te_checkpoint_count
+#pragma weak te_checkpoint_name
+#pragma weak te_checkpoint_write
+#pragma weak te_checkpoint_read
+#pragma weak te_checkpoint_serialize
+#pragma weak te_checkpoint_deserialize
+
+static const struct {
+  const char *name;
+  void (*fn)(void);
+} te_swig_weak[] = {
+    {"te_add", (void (*)(void))te_add},
+    {"te_split_columns", (void (*)(void))te_split_columns},
+    {"te_concat_columns", (void (*)(void))te_concat_columns},
+    {"te_embedding_forward", (void (*)(void))te_embedding_forward},
+    {"te_embedding_backward", (void (*)(void))te_embedding_backward},
+    {"te_cross_entropy_options_init", (void (*)(void))te_cross_entropy_options_init},
+    {"te_cross_entropy", (void (*)(void))te_cross_entropy},
+    {"te_adamw_param_init", (void (*)(void))te_adamw_param_init},
+    {"te_adamw_options_init", (void (*)(void))te_adamw_options_init},
+    {"te_adamw_step", (void (*)(void))te_adamw_step},
+    {"te_checkpoint_create", (void (*)(void))te_checkpoint_create},
+    {"te_checkpoint_destroy", (void (*)(void))te_checkpoint_destroy},
+    {"te_checkpoint_put_tensor", (void (*)(void))te_checkpoint_put_tensor},
+    {"te_checkpoint_put_bytes", (void (*)(void))te_checkpoint_put_bytes},
+    {"te_checkpoint_get_tensor", (void (*)(void))te_checkpoint_get_tensor},
+    {"te_checkpoint_get_bytes", (void (*)(void))te_checkpoint_get_bytes},
+    {"te_checkpoint_count", (void (*)(void))te_checkpoint_count},
+    {"te_checkpoint_name", (void (*)(void))te_checkpoint_name},
+    {"te_checkpoint_write", (void (*)(void))te_checkpoint_write},
+    {"te_checkpoint_read", (void (*)(void))te_checkpoint_read},
+    {"te_checkpoint_serialize", (void (*)(void))te_checkpoint_serialize},
+    {"te_checkpoint_deserialize", (void (*)(void))te_checkpoint_deserialize}
+};
 
 static PyObject *te_swig_error_factory = NULL;
 
@@ -174,6 +236,53 @@ static PyObject *te_swig_tensor_to_tuple(const te_tensor *t) {
   $2 = (size_t)pybuf.len;
 }
 %typemap(freearg) (const void *buf, size_t size) { if (pybuf$argnum.obj) PyBuffer_Release(&pybuf$argnum); }
+/* te_checkpoint_put_bytes' record: a readable buffer, or None (NULL, size 0). */
+%typemap(in) (const void *data, size_t size) (Py_buffer pybuf) {
+  pybuf.obj = NULL;
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (PyObject_GetBuffer($input, &pybuf, PyBUF_C_CONTIGUOUS) != 0) SWIG_fail;
+    $1 = pybuf.buf;
+    $2 = (size_t)pybuf.len;
+  }
+}
+%typemap(freearg) (const void *data, size_t size) { if (pybuf$argnum.obj) PyBuffer_Release(&pybuf$argnum); }
+/* Checkpoint record names: str (UTF-8) or bytes, None for NULL; a NUL inside would silently name
+ * another record, so it is refused. */
+%typemap(in) const char *name (PyObject *bytes_ = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    char *p_ = NULL;
+    Py_ssize_t n_ = 0;
+    if (PyUnicode_Check($input)) {
+      bytes_ = PyUnicode_AsUTF8String($input);
+      if (bytes_ == NULL) SWIG_fail;
+    } else if (PyBytes_Check($input)) {
+      Py_INCREF($input);
+      bytes_ = $input;
+    } else {
+      PyErr_Format(PyExc_TypeError, "argument 'name': expected str or bytes, got %s",
+                   Py_TYPE($input)->tp_name);
+      SWIG_fail;
+    }
+    if (PyBytes_AsStringAndSize(bytes_, &p_, &n_) != 0) SWIG_fail; /* ValueError on a NUL */
+    $1 = p_;
+  }
+}
+%typemap(freearg) const char *name { Py_XDECREF(bytes_$argnum); }
+/* File paths: str, bytes or os.PathLike (os.fsencode's rules), None for NULL. */
+%typemap(in) const char *path (PyObject *bytes_ = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyUnicode_FSConverter($input, &bytes_)) SWIG_fail;
+    $1 = PyBytes_AS_STRING(bytes_);
+  }
+}
+%typemap(freearg) const char *path { Py_XDECREF(bytes_$argnum); }
 %typemap(in) (float *history, size_t history_cap) (Py_buffer pybuf) {
   pybuf.obj = NULL;
   if ($input == Py_None) {
@@ -209,6 +318,7 @@ TE_HANDLE_OUT(te_grouped_linear)
 TE_HANDLE_OUT(te_grouped_linear_backward_ctx)
 TE_HANDLE_OUT(te_attention)
 TE_HANDLE_OUT(te_attention_backward_ctx)
+TE_HANDLE_OUT(te_checkpoint)
 
 %typemap(in, numinputs=0) te_autocast_token *token (te_autocast_token temp = 0) { $1 = &temp; }
 %typemap(argout) te_autocast_token *token {
@@ -218,6 +328,20 @@ TE_HANDLE_OUT(te_attention_backward_ctx)
 %typemap(argout) size_t *size { $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(temp$argnum)); }
 %typemap(in, numinputs=0) int64_t *count (int64_t temp = 0) { $1 = &temp; }
 %typemap(argout) int64_t *count { $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong(temp$argnum)); }
+%typemap(in, numinputs=0) size_t *count (size_t temp = 0) { $1 = &temp; }
+%typemap(argout) size_t *count { $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(temp$argnum)); }
+/* te_checkpoint_name's result: the record's name as bytes (names are bytes to the library). */
+%typemap(in, numinputs=0) const char **name (const char *temp = NULL) { $1 = &temp; }
+%typemap(argout) const char **name {
+  PyObject *o_;
+  if (temp$argnum != NULL) {
+    o_ = PyBytes_FromString(temp$argnum);
+  } else {
+    Py_INCREF(Py_None);
+    o_ = Py_None;
+  }
+  $result = SWIG_Python_AppendOutput($result, o_);
+}
 %typemap(in, numinputs=0) te_device *out (te_device temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
 %typemap(argout) te_device *out {
   $result = SWIG_Python_AppendOutput($result, Py_BuildValue("(ii)", (int)temp$argnum.type, (int)temp$argnum.index));
@@ -308,7 +432,9 @@ TE_TENSOR_IN(te_tensor *)
              te_tensor *db, te_tensor *dfc1_weight, te_tensor *dfc1_bias,
              te_tensor *dfc2_weight, te_tensor *dfc2_bias, const te_tensor *q,
              const te_tensor *k, const te_tensor *v, const te_tensor *cu_seqlens_q,
-             const te_tensor *cu_seqlens_kv, te_tensor *dq, te_tensor *dk, te_tensor *dv {
+             const te_tensor *cu_seqlens_kv, te_tensor *dq, te_tensor *dk, te_tensor *dv,
+             te_tensor *param, const te_tensor *grad, te_tensor *exp_avg,
+             te_tensor *exp_avg_sq, te_tensor *model_weight {
   void *p_ = NULL;
   if (!SWIG_IsOK(SWIG_ConvertPtr($input, &p_, $descriptor(te_tensor *), 0))) {
     PyErr_SetString(PyExc_TypeError, "expected a te_tensor proxy (or None)");
@@ -371,6 +497,129 @@ TE_TENSOR_IN(te_tensor *)
 %enddef
 TE_TENSOR_ARRAY_IN(const te_tensor *const *)
 TE_TENSOR_ARRAY_IN(te_tensor *const *)
+
+/* te_adamw_step's parameter list: a list (or tuple) whose items are te_adamw_param proxies or
+ * 9-tuples (param, grad, exp_avg, exp_avg_sq, model_weight, weight_decay, owner_kind, owner,
+ * owner_gemm): tensors as te_tensor proxies, tensor tuples or None; owner a module handle proxy
+ * of any kind (the library checks it against owner_kind), an address or None. None is a NULL
+ * list of count 0. One block holds the entries and the tensors converted from tuples. */
+%{
+static int te_swig_tensor_item(PyObject *item, te_tensor *storage, te_tensor **out,
+                               Py_ssize_t index, const char *field) {
+  void *p_ = NULL;
+  if (item == Py_None) {
+    *out = NULL;
+    return 1;
+  }
+  if (PyTuple_Check(item)) {
+    if (!te_swig_tensor_from_tuple(item, storage)) return 0;
+    *out = storage;
+    return 1;
+  }
+  if (!SWIG_IsOK(SWIG_ConvertPtr(item, &p_, SWIGTYPE_p_te_tensor, 0))) {
+    PyErr_Format(PyExc_TypeError, "argument 'params'[%zd].%s: expected a te_tensor, a tensor "
+                 "tuple or None, got %s", index, field, Py_TYPE(item)->tp_name);
+    return 0;
+  }
+  *out = (te_tensor *)p_;
+  return 1;
+}
+
+static int te_swig_int_item(PyObject *item, long long *out, Py_ssize_t index, const char *field) {
+  long long v = PyLong_AsLongLong(item);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "argument 'params'[%zd].%s: expected an int", index, field);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+/* One list item into entry i of the block. */
+static int te_swig_adamw_item(PyObject *item, te_adamw_param *entry, te_tensor *tensors,
+                              Py_ssize_t i) {
+  static const char *const fields[5] = {"param", "grad", "exp_avg", "exp_avg_sq", "model_weight"};
+  te_tensor *ptrs[5];
+  long long v[3];
+  void *owner = NULL;
+  int k;
+  if (!PyTuple_Check(item)) {
+    void *p_ = NULL;
+    if (!SWIG_IsOK(SWIG_ConvertPtr(item, &p_, SWIGTYPE_p_te_adamw_param, 0)) || p_ == NULL) {
+      PyErr_Format(PyExc_TypeError, "argument 'params'[%zd]: expected a te_adamw_param or a "
+                   "9-tuple (param, grad, exp_avg, exp_avg_sq, model_weight, weight_decay, "
+                   "owner_kind, owner, owner_gemm), got %s", i, Py_TYPE(item)->tp_name);
+      return 0;
+    }
+    *entry = *(const te_adamw_param *)p_;
+    return 1;
+  }
+  if (PyTuple_GET_SIZE(item) != 9) {
+    PyErr_Format(PyExc_TypeError, "argument 'params'[%zd]: expected a 9-tuple (param, grad, "
+                 "exp_avg, exp_avg_sq, model_weight, weight_decay, owner_kind, owner, "
+                 "owner_gemm), got %zd items", i, PyTuple_GET_SIZE(item));
+    return 0;
+  }
+  for (k = 0; k < 5; ++k)
+    if (!te_swig_tensor_item(PyTuple_GET_ITEM(item, k), &tensors[k], &ptrs[k], i, fields[k]))
+      return 0;
+  if (!te_swig_int_item(PyTuple_GET_ITEM(item, 5), &v[0], i, "weight_decay")) return 0;
+  if (!te_swig_int_item(PyTuple_GET_ITEM(item, 6), &v[1], i, "owner_kind")) return 0;
+  if (!te_swig_int_item(PyTuple_GET_ITEM(item, 8), &v[2], i, "owner_gemm")) return 0;
+  {
+    PyObject *o_ = PyTuple_GET_ITEM(item, 7);
+    if (o_ != Py_None && !PyLong_Check(o_) && !SWIG_IsOK(SWIG_ConvertPtr(o_, &owner, 0, 0))) {
+      PyErr_Format(PyExc_TypeError, "argument 'params'[%zd].owner: expected a module handle, an "
+                   "address or None, got %s", i, Py_TYPE(o_)->tp_name);
+      return 0;
+    }
+    if (o_ != Py_None && PyLong_Check(o_) && !te_swig_address(o_, &owner)) return 0;
+  }
+  te_adamw_param_init(entry);
+  entry->param = ptrs[0];
+  entry->grad = ptrs[1];
+  entry->exp_avg = ptrs[2];
+  entry->exp_avg_sq = ptrs[3];
+  entry->model_weight = ptrs[4];
+  entry->weight_decay = (int32_t)v[0];
+  entry->owner_kind = (te_module_kind)v[1];
+  entry->owner = owner;
+  entry->owner_gemm = (int32_t)v[2];
+  return 1;
+}
+%}
+%typemap(in) (const te_adamw_param *params, size_t count) (void *block = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    Py_ssize_t n_, i_;
+    te_adamw_param *entries_;
+    te_tensor *tensors_;
+    PyObject *seq_ = PySequence_Fast($input, "argument 'params': expected a list of "
+                                             "te_adamw_param proxies or 9-tuples, or None");
+    if (seq_ == NULL) SWIG_fail;
+    n_ = PySequence_Fast_GET_SIZE(seq_);
+    block = calloc(1, (size_t)(n_ > 0 ? n_ : 1) * (sizeof(te_adamw_param) + 5 * sizeof(te_tensor)));
+    if (block == NULL) {
+      Py_DECREF(seq_);
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    entries_ = (te_adamw_param *)block;
+    tensors_ = (te_tensor *)(entries_ + (n_ > 0 ? n_ : 1));
+    for (i_ = 0; i_ < n_; ++i_) {
+      if (!te_swig_adamw_item(PySequence_Fast_GET_ITEM(seq_, i_), &entries_[i_], &tensors_[5 * i_], i_)) {
+        Py_DECREF(seq_);
+        SWIG_fail;
+      }
+    }
+    Py_DECREF(seq_);
+    $1 = entries_;
+    $2 = (size_t)n_;
+  }
+}
+%typemap(freearg) (const te_adamw_param *params, size_t count) { free(block$argnum); }
 
 /* m_splits: a list of ints (a host int64_t array of TE_GROUPED_LINEAR_MAX_GEMMS, zero past the
  * list). */
@@ -437,6 +686,7 @@ TE_OPAQUE(te_grouped_linear_backward_ctx, te_grouped_linear_backward_ctx_destroy
 TE_OPAQUE(te_attention, te_attention_destroy)
 TE_OPAQUE(te_attention_backward_ctx, te_attention_backward_ctx_destroy)
 #endif
+TE_OPAQUE(te_checkpoint, te_checkpoint_destroy)
 /* A retained reference is a new owner. */
 %newobject te_recipe_retain;
 
@@ -501,6 +751,10 @@ TE_OPAQUE(te_attention_backward_ctx, te_attention_backward_ctx_destroy)
   ~te_attention_residuals() { te_attention_residuals_release($self); free($self); }
 }
 #endif
+/* These _init functions are weak (see te_swig_exports): without them, struct_size only. */
+%extend te_cross_entropy_options { te_cross_entropy_options() { te_cross_entropy_options *o = calloc(1, sizeof *o); if (te_cross_entropy_options_init) te_cross_entropy_options_init(o); else o->struct_size = sizeof *o; return o; } }
+%extend te_adamw_param { te_adamw_param() { te_adamw_param *o = calloc(1, sizeof *o); if (te_adamw_param_init) te_adamw_param_init(o); else o->struct_size = sizeof *o; return o; } }
+%extend te_adamw_options { te_adamw_options() { te_adamw_options *o = calloc(1, sizeof *o); if (te_adamw_options_init) te_adamw_options_init(o); else o->struct_size = sizeof *o; return o; } }
 %extend te_tensor {
   /* (data, dtype, shape, device_type, device_index, scale_inv, scaling) */
   PyObject *as_tuple() { return te_swig_tensor_to_tuple($self); }
@@ -526,6 +780,58 @@ TE_OPAQUE(te_attention_backward_ctx, te_attention_backward_ctx_destroy)
  * fail to import). */
 %rename("$ignore", regextarget=1) "^te_grouped_linear_";
 #endif
+/* Weak functions (see the top of this file): a call to one the loaded libte.so lacks raises
+ * Unsupported. */
+%{
+static void te_swig_missing(const char *name) {
+  char message[256];
+  snprintf(message, sizeof message, "%s: the loaded libte.so (%s) does not export it; rebuild "
+           "libte", name, te_version_string());
+  if (te_swig_error_factory != NULL) {
+    PyObject *exc = PyObject_CallFunction(te_swig_error_factory, "is", (int)TE_ERROR_UNSUPPORTED,
+                                          message);
+    if (exc == NULL) return;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return;
+  }
+  PyErr_Format(PyExc_NotImplementedError, "%s", message);
+}
+%}
+%define TE_WEAK(NAME)
+%exception NAME {
+  if (NAME == NULL) {
+    te_swig_missing("NAME");
+    SWIG_fail;
+  }
+  $action
+}
+%enddef
+TE_WEAK(te_add)
+TE_WEAK(te_split_columns)
+TE_WEAK(te_concat_columns)
+TE_WEAK(te_embedding_forward)
+TE_WEAK(te_embedding_backward)
+TE_WEAK(te_cross_entropy_options_init)
+TE_WEAK(te_cross_entropy)
+TE_WEAK(te_adamw_param_init)
+TE_WEAK(te_adamw_options_init)
+TE_WEAK(te_adamw_step)
+TE_WEAK(te_checkpoint_create)
+TE_WEAK(te_checkpoint_put_tensor)
+TE_WEAK(te_checkpoint_put_bytes)
+TE_WEAK(te_checkpoint_get_tensor)
+TE_WEAK(te_checkpoint_get_bytes)
+TE_WEAK(te_checkpoint_count)
+TE_WEAK(te_checkpoint_name)
+TE_WEAK(te_checkpoint_write)
+TE_WEAK(te_checkpoint_read)
+TE_WEAK(te_checkpoint_serialize)
+TE_WEAK(te_checkpoint_deserialize)
+%exception te_checkpoint_destroy {
+  if (te_checkpoint_destroy != NULL) { $action }
+}
+
 #define TE_API
 %include <te/te.h>
 
@@ -592,6 +898,15 @@ PyObject *te_swig_set_error_factory(PyObject *factory) {
   Py_RETURN_NONE;
 }
 
+/* Whether the loaded libte.so has the weak function `fn` (see the top of this file); functions
+ * linked normally are always there. */
+int te_swig_exports(const char *fn) {
+  size_t i;
+  for (i = 0; i < sizeof te_swig_weak / sizeof te_swig_weak[0]; ++i)
+    if (strcmp(fn, te_swig_weak[i].name) == 0) return te_swig_weak[i].fn != NULL;
+  return 1;
+}
+
 size_t te_swig_sizeof(const char *name) {
 #define TE_SWIG_SIZE(T) if (strcmp(name, #T) == 0) return sizeof(T)
   TE_SWIG_SIZE(te_tensor); TE_SWIG_SIZE(te_context_options); TE_SWIG_SIZE(te_context_stats);
@@ -610,6 +925,8 @@ size_t te_swig_sizeof(const char *name) {
   TE_SWIG_SIZE(te_grouped_linear_residuals); TE_SWIG_SIZE(te_attention_options);
   TE_SWIG_SIZE(te_attention_forward_args); TE_SWIG_SIZE(te_attention_residuals);
   TE_SWIG_SIZE(te_attention_grads); TE_SWIG_SIZE(te_rope_options);
+  TE_SWIG_SIZE(te_cross_entropy_options); TE_SWIG_SIZE(te_adamw_param);
+  TE_SWIG_SIZE(te_adamw_options);
 #undef TE_SWIG_SIZE
   return 0;
 }

@@ -29,10 +29,13 @@ from .layernorm_mlp import (LayerNormMLP, LayerNormMLPBackwardContext, LayerNorm
                             LayerNormMLPResiduals)
 from .linear import BackwardContext, Linear, Residuals, ScalingState
 from .norm import NormGradients, NormOutputs, norm_backward, norm_forward
-from .ops import (activation_backward, activation_forward, amax, cast_transpose, dequantize,
-                  gemm, quantize)
+from .checkpoint import Checkpoint
+from .ops import (activation_backward, activation_forward, add, amax, cast_transpose,
+                  concat_columns, dequantize, gemm, quantize, split_columns)
 from .recipe import Recipe
 from .tensor import Float8Tensor
+from .training import (AdamW, AdamWParam, cross_entropy, embedding_backward,
+                       embedding_forward)
 
 __version__ = "0.1.0"
 
@@ -47,8 +50,9 @@ def last_error():
     return _ll.last_error()
 
 
-__all__ = ["Attention", "AttentionBackwardContext", "AttentionGradients", "AttentionResiduals",
-           "AutocastState", "BACKEND", "BackwardContext", "Context", "ContextStats",
+__all__ = ["AdamW", "AdamWParam", "Attention", "AttentionBackwardContext", "AttentionGradients", "AttentionResiduals",
+           "AutocastState", "BACKEND", "BackwardContext", "Checkpoint", "Context",
+           "ContextStats",
            "CublasError", "CudaError", "Error", "Float8Tensor", "Group", "GroupedLinear",
            "GroupedLinearBackwardContext", "GroupedLinearGradients", "GroupedLinearResiduals",
            "InternalError", "InvalidArgument", "InvalidState", "LayerNormLinear",
@@ -57,6 +61,8 @@ __all__ = ["Attention", "AttentionBackwardContext", "AttentionGradients", "Atten
            "LayerNormMLPGradients", "LayerNormMLPResiduals", "Linear", "NcclError",
            "NormGradients", "NormOutputs", "OutOfMemory", "Recipe", "Residuals", "ScalingState",
            "Unsupported",
-           "activation_backward", "activation_forward", "amax", "autocast", "cast_transpose",
-           "constants", "dequantize", "gemm", "last_error", "library_path", "nccl_unique_id",
-           "norm_backward", "norm_forward", "quantize", "rope_backward", "rope_forward", "version"]
+           "activation_backward", "activation_forward", "add", "amax", "autocast",
+           "cast_transpose", "concat_columns", "constants", "cross_entropy", "dequantize",
+           "embedding_backward", "embedding_forward", "gemm", "last_error", "library_path",
+           "nccl_unique_id", "norm_backward", "norm_forward", "quantize", "rope_backward",
+           "rope_forward", "split_columns", "version"]

@@ -79,13 +79,19 @@ def numpy_dtype(code):
                      C.DTYPE_E5M2: ml_dtypes.float8_e5m2}[code])
 
 
+def int32_role(index):
+    """What an int32 argument holds, for messages: index=True is sequence offsets (attention's
+    cu_seqlens); a string names it (e.g. 'token ids')."""
+    return index if isinstance(index, str) else "sequence offsets"
+
+
 def check_kind(code, fp8_dtype, name, got, index=False):
-    """High precision expected (fp8_dtype None) or that FP8 dtype; with index=True int32
-    (sequence offsets: attention's cu_seqlens)."""
+    """High precision expected (fp8_dtype None) or that FP8 dtype; with index=True (or a string
+    naming what the int32 data is) int32 (sequence offsets: attention's cu_seqlens)."""
     if index:
         if code != C.DTYPE_I32:
-            raise InvalidArgument("argument '%s': expected dtype int32 (sequence offsets), got %s"
-                                  % (name, got))
+            raise InvalidArgument("argument '%s': expected dtype int32 (%s), got %s"
+                                  % (name, int32_role(index), got))
     elif fp8_dtype is None:
         if code is None or code in C.FP8_DTYPES or code == C.DTYPE_I32:
             raise InvalidArgument("argument '%s': expected dtype float32, float16 or bfloat16, "
@@ -157,7 +163,7 @@ def _from_cuda_array_interface(obj, cai, name, writable, fp8_dtype, device, inde
     if index:
         if typestr not in _CAI_INT32:
             raise InvalidArgument("argument '%s': expected dtype int32 (CUDA array typestr <i4: "
-                                  "sequence offsets), got %r" % (name, typestr))
+                                  "%s), got %r" % (name, int32_role(index), typestr))
         code = C.DTYPE_I32
     elif typestr in _CAI_TYPESTR and (fp8_dtype is None):
         code = _CAI_TYPESTR[typestr]
@@ -191,7 +197,8 @@ def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0, i
     """The Adapted view of a caller array. `device` is the context's (type, index): NumPy
     arrays are host memory whatever it is (the C library rejects a mismatch with a message);
     `stream` is the context's stream, handed to DLPack producers. index=True: an int32 array
-    of sequence offsets (TE_DTYPE_I32) is expected instead of floating-point data."""
+    of sequence offsets (TE_DTYPE_I32) is expected instead of floating-point data; a string
+    instead of True names what the int32 data is (e.g. 'token ids') in messages."""
     if isinstance(obj, np.ndarray):
         return Adapted(_from_numpy(obj, name, writable, fp8_dtype, None, index), obj, None, True)
     has_dlpack = hasattr(obj, "__dlpack__")
@@ -215,7 +222,7 @@ def adapt(obj, name, *, writable=False, fp8_dtype=None, device=None, stream=0, i
             if "argument '%s'" % name in str(e):
                 raise
             raise InvalidArgument("argument '%s': %s%s" % (
-                name, e, " (expected int32 sequence offsets)" if index else "")) from e
+                name, e, " (expected int32 %s)" % int32_role(index) if index else "")) from e
         if writable and imported.readonly:
             raise InvalidArgument("argument '%s': expected a writable tensor, the DLPack "
                                   "producer marked it read-only" % name)

@@ -71,6 +71,15 @@ GATED_ACTIVATIONS = (ACTIVATION_SWIGLU, ACTIVATION_GEGLU)
 MLP_FC1 = 0
 MLP_FC2 = 1
 
+# te_module_kind: which module a te_adamw_param's owner is
+MODULE_NONE = 0
+MODULE_LINEAR = 1
+MODULE_LAYERNORM_LINEAR = 2
+MODULE_LAYERNORM_MLP = 3
+
+# te_split_columns / te_concat_columns: 1 <= n <= this
+MAX_COLUMN_PARTS = 64
+
 # te_norm_kind
 NORM_LAYERNORM = 0
 NORM_RMSNORM = 1

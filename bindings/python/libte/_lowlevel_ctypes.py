@@ -21,6 +21,7 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32
                     c_size_t, c_uint32, c_uint64, c_void_p)
 
 from . import _constants as C
+from ._names import buffer_bytes, check_name, check_path
 from ._nccl_id import id_bytes
 from ._loader import load
 from .errors import InvalidArgument, Unsupported, error_for_status
@@ -216,6 +217,23 @@ class te_rope_options(Structure):
     _fields_ = [("struct_size", c_size_t), ("rot_dim", c_int32), ("interleaved", c_int32)]
 
 
+class te_cross_entropy_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("ignore_index", c_int32), ("grad_scale", c_float)]
+
+
+class te_adamw_param(Structure):
+    _fields_ = [("struct_size", c_size_t), ("param", c_void_p), ("grad", c_void_p),
+                ("exp_avg", c_void_p), ("exp_avg_sq", c_void_p), ("model_weight", c_void_p),
+                ("weight_decay", c_int32), ("owner_kind", c_int), ("owner", c_void_p),
+                ("owner_gemm", c_int32)]
+
+
+class te_adamw_options(Structure):
+    _fields_ = [("struct_size", c_size_t), ("lr", c_float), ("beta1", c_float),
+                ("beta2", c_float), ("eps", c_float), ("weight_decay", c_float),
+                ("step", c_int64), ("max_grad_norm", c_float), ("grad_norm", c_void_p)]
+
+
 SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_tensor, te_context_options, te_context_stats, te_recipe_options, te_nccl_id,
     te_group_nccl_options, te_autocast_options,
@@ -226,7 +244,8 @@ SIZEOF = {cls.__name__: ctypes.sizeof(cls) for cls in (
     te_layernorm_mlp_options, te_layernorm_mlp_forward_args, te_layernorm_mlp_residuals,
     te_layernorm_mlp_grads, te_grouped_linear_options, te_grouped_linear_forward_args,
     te_grouped_linear_residuals, te_attention_options, te_attention_forward_args,
-    te_attention_residuals, te_attention_grads, te_rope_options)}
+    te_attention_residuals, te_attention_grads, te_rope_options, te_cross_entropy_options,
+    te_adamw_param, te_adamw_options)}
 
 
 # ---- function prototypes ---------------------------------------------------------------------
@@ -380,6 +399,35 @@ if hasattr(_lib, "te_rope_forward"):
     _rope = {"options_init": _fn("te_rope_options_init", _S, _P),
              "forward": _fn("te_rope_forward", _S, _P, _P, _P, _P, _P, _P),
              "backward": _fn("te_rope_backward", _S, _P, _P, _P, _P, _P, _P)}
+
+# Training-step ops and checkpoints (absent from a libte.so built before them: Unsupported).
+_TRAINING_FNS = (
+    ("add", "te_add", _S, _P, _P, _P, _P),
+    ("split_columns", "te_split_columns", _S, _P, _P, _P, c_size_t),
+    ("concat_columns", "te_concat_columns", _S, _P, _P, c_size_t, _P),
+    ("embedding_forward", "te_embedding_forward", _S, _P, _P, _P, _P),
+    ("embedding_backward", "te_embedding_backward", _S, _P, _P, _P, _P, c_int32),
+    ("cross_entropy_options_init", "te_cross_entropy_options_init", _S, _P),
+    ("cross_entropy", "te_cross_entropy", _S, _P, _P, _P, _P, _P, _P),
+    ("adamw_param_init", "te_adamw_param_init", _S, _P),
+    ("adamw_options_init", "te_adamw_options_init", _S, _P),
+    ("adamw_step", "te_adamw_step", _S, _P, _P, _P, c_size_t),
+    ("checkpoint_create", "te_checkpoint_create", _S, _P),
+    ("checkpoint_destroy", "te_checkpoint_destroy", None, _P),
+    ("checkpoint_put_tensor", "te_checkpoint_put_tensor", _S, _P, _P, c_char_p, _P),
+    ("checkpoint_put_bytes", "te_checkpoint_put_bytes", _S, _P, c_char_p, _P, c_size_t),
+    ("checkpoint_get_tensor", "te_checkpoint_get_tensor", _S, _P, _P, c_char_p, _P),
+    ("checkpoint_get_bytes", "te_checkpoint_get_bytes", _S, _P, c_char_p, _P, c_size_t,
+     POINTER(c_size_t)),
+    ("checkpoint_count", "te_checkpoint_count", _S, _P, POINTER(c_size_t)),
+    ("checkpoint_name", "te_checkpoint_name", _S, _P, c_size_t, POINTER(c_char_p)),
+    ("checkpoint_write", "te_checkpoint_write", _S, _P, c_char_p),
+    ("checkpoint_read", "te_checkpoint_read", _S, _P, c_char_p),
+    ("checkpoint_serialize", "te_checkpoint_serialize", _S, _P, _P, c_size_t, POINTER(c_size_t)),
+    ("checkpoint_deserialize", "te_checkpoint_deserialize", _S, _P, _P, c_size_t),
+)
+_train = {key: _fn(name, restype, *argtypes) for key, name, restype, *argtypes in _TRAINING_FNS
+          if hasattr(_lib, name)}
 
 
 def _raise(status):
@@ -1623,3 +1671,207 @@ def rope_backward(ctx, rot_dim, interleaved, dy, freqs, cu_seqlens, dx):
                          _tensor(1, freqs), _tensor(2, cu_seqlens), _tensor(3, dx))
     if st:
         _raise(st)
+
+
+# ---- training-step ops ---------------------------------------------------------------------------
+
+def _train_fn(key):
+    f = _train.get(key)
+    if f is None:
+        raise Unsupported("te_%s: the loaded libte.so (%s) does not export it; rebuild libte"
+                          % (key, version_string()))
+    return f
+
+
+def _call(key, *args):
+    st = _train_fn(key)(*args)
+    if st:
+        _raise(st)
+
+
+def add(ctx, a, b, y):
+    _call("add", ctx, _tensor(0, a), _tensor(1, b), _tensor(2, y))
+
+
+def split_columns(ctx, x, outputs):
+    """outputs: a list of TensorDescs (None entries are NULL)."""
+    arr = _TensorArray(outputs, "outputs")
+    _call("split_columns", ctx, _tensor(0, x), ctypes.addressof(arr.pointers), len(outputs))
+
+
+def concat_columns(ctx, inputs, y):
+    arr = _TensorArray(inputs, "inputs")
+    _call("concat_columns", ctx, ctypes.addressof(arr.pointers), len(inputs), _tensor(0, y))
+
+
+def embedding_forward(ctx, table, ids, y):
+    _call("embedding_forward", ctx, _tensor(0, table), _tensor(1, ids), _tensor(2, y))
+
+
+def embedding_backward(ctx, ids, dy, dtable, accumulate):
+    _call("embedding_backward", ctx, _tensor(0, ids), _tensor(1, dy), _tensor(2, dtable),
+          1 if accumulate else 0)
+
+
+def cross_entropy_defaults():
+    """te_cross_entropy_options_init as a dict: {'ignore_index', 'grad_scale'}."""
+    o = te_cross_entropy_options()
+    _call("cross_entropy_options_init", byref(o))
+    return {"ignore_index": o.ignore_index, "grad_scale": o.grad_scale}
+
+
+def cross_entropy(ctx, ignore_index, grad_scale, logits, targets, loss, dlogits):
+    fn = _train_fn("cross_entropy")
+    o = te_cross_entropy_options()
+    _call("cross_entropy_options_init", byref(o))
+    o.ignore_index = ignore_index
+    o.grad_scale = grad_scale
+    st = fn(ctx, byref(o), _tensor(0, logits), _tensor(1, targets), _tensor(2, loss),
+            _tensor(3, dlogits))
+    if st:
+        _raise(st)
+
+
+ADAMW_FIELDS = ("lr", "beta1", "beta2", "eps", "weight_decay", "step", "max_grad_norm")
+
+
+def adamw_defaults():
+    """te_adamw_options_init as a dict of ADAMW_FIELDS."""
+    o = te_adamw_options()
+    _call("adamw_options_init", byref(o))
+    return {name: getattr(o, name) for name in ADAMW_FIELDS}
+
+
+def adamw_param_defaults():
+    """te_adamw_param_init as a dict: {'weight_decay', 'owner_kind', 'owner_gemm'}."""
+    p = te_adamw_param()
+    _call("adamw_param_init", byref(p))
+    return {"weight_decay": p.weight_decay, "owner_kind": p.owner_kind,
+            "owner_gemm": p.owner_gemm}
+
+
+def adamw_step(ctx, options, grad_norm, params):
+    """te_adamw_step. options: a dict of ADAMW_FIELDS; grad_norm: a device float's address (or
+    0/None); params: a list of (param, grad, exp_avg, exp_avg_sq, model_weight, weight_decay,
+    owner_kind, owner, owner_gemm), tensors as TensorDescs (or None), owner a module handle or
+    None."""
+    fn = _train_fn("adamw_step")
+    o = te_adamw_options()
+    _call("adamw_options_init", byref(o))
+    for name in ADAMW_FIELDS:
+        setattr(o, name, options[name])
+    o.grad_norm = grad_norm or None
+    n = len(params)
+    arr = (te_adamw_param * max(n, 1))()
+    tensors = (te_tensor * max(5 * n, 1))()
+    base = ctypes.addressof(tensors)
+    size = ctypes.sizeof(te_tensor)
+    for i, entry in enumerate(params):
+        (param, grad, exp_avg, exp_avg_sq, model_weight, weight_decay, owner_kind, owner,
+         owner_gemm) = entry
+        p = arr[i]
+        _call("adamw_param_init", byref(p))
+        ptrs = []
+        for j, desc in enumerate((param, grad, exp_avg, exp_avg_sq, model_weight)):
+            if desc is None:
+                ptrs.append(None)
+                continue
+            data, dtype, shape, device_type, device_index, scale_inv, scaling = desc
+            k = 5 * i + j
+            _TENSOR.pack_into(tensors, k * size, data or 0, dtype, len(shape), *shape,
+                              *_PAD[len(shape)], device_type, device_index, scale_inv or 0,
+                              scaling)
+            ptrs.append(base + k * size)
+        p.param, p.grad, p.exp_avg, p.exp_avg_sq, p.model_weight = ptrs
+        p.weight_decay = weight_decay
+        p.owner_kind = owner_kind
+        p.owner = owner or None
+        p.owner_gemm = owner_gemm
+    st = fn(ctx, byref(o), arr if n else None, n)
+    del tensors
+    if st:
+        _raise(st)
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+
+def _name(name):
+    return check_name(name)
+
+
+def checkpoint_create():
+    out = c_void_p()
+    _call("checkpoint_create", byref(out))
+    return out.value
+
+
+def checkpoint_destroy(ck):
+    f = _train.get("checkpoint_destroy")
+    if f is not None:
+        f(ck)
+
+
+def checkpoint_put_tensor(ck, ctx, name, t):
+    _call("checkpoint_put_tensor", ck, ctx, _name(name), _tensor(0, t))
+
+
+def checkpoint_put_bytes(ck, name, data):
+    """data: a bytes-like object, or None (NULL, size 0)."""
+    if data is None:
+        _call("checkpoint_put_bytes", ck, _name(name), None, 0)
+        return
+    raw = buffer_bytes(data)
+    buf = ctypes.create_string_buffer(raw, max(len(raw), 1))
+    _call("checkpoint_put_bytes", ck, _name(name), buf, len(raw))
+
+
+def checkpoint_get_tensor(ck, ctx, name, t):
+    _call("checkpoint_get_tensor", ck, ctx, _name(name), _tensor(0, t))
+
+
+def checkpoint_get_bytes(ck, name):
+    key = _name(name)
+    size = c_size_t()
+    _call("checkpoint_get_bytes", ck, key, None, 0, byref(size))
+    buf = ctypes.create_string_buffer(max(size.value, 1))
+    _call("checkpoint_get_bytes", ck, key, buf, size.value, byref(size))
+    return buf.raw[:size.value]
+
+
+def checkpoint_count(ck):
+    count = c_size_t()
+    _call("checkpoint_count", ck, byref(count))
+    return count.value
+
+
+def checkpoint_name(ck, index):
+    """Record `index`'s name, as bytes."""
+    name = c_char_p()
+    _call("checkpoint_name", ck, index, byref(name))
+    return name.value
+
+
+def checkpoint_write(ck, path):
+    _call("checkpoint_write", ck, check_path(path))
+
+
+def checkpoint_read(path):
+    out = c_void_p()
+    _call("checkpoint_read", byref(out), check_path(path))
+    return out.value
+
+
+def checkpoint_serialize(ck):
+    size = c_size_t()
+    _call("checkpoint_serialize", ck, None, 0, byref(size))
+    buf = ctypes.create_string_buffer(max(size.value, 1))
+    _call("checkpoint_serialize", ck, buf, size.value, byref(size))
+    return buf.raw[:size.value]
+
+
+def checkpoint_deserialize(data):
+    raw = buffer_bytes(data)
+    buf = ctypes.create_string_buffer(raw, max(len(raw), 1))
+    out = c_void_p()
+    _call("checkpoint_deserialize", byref(out), buf, len(raw))
+    return out.value

@@ -8,6 +8,7 @@ registered below.
 
 from . import _constants as C
 from . import _te_swig as _te  # ImportError when not built: _lowlevel falls back to ctypes
+from ._names import buffer_bytes, check_name, check_path
 from ._nccl_id import id_bytes
 from .errors import InvalidArgument, Unsupported, error_for_status
 
@@ -25,7 +26,8 @@ SIZEOF = {name: _te.te_swig_sizeof(name) for name in (
     "te_layernorm_mlp_forward_args", "te_layernorm_mlp_residuals", "te_layernorm_mlp_grads",
     "te_grouped_linear_options", "te_grouped_linear_forward_args",
     "te_grouped_linear_residuals", "te_attention_options", "te_attention_forward_args",
-    "te_attention_residuals", "te_attention_grads", "te_rope_options")}
+    "te_attention_residuals", "te_attention_grads", "te_rope_options",
+    "te_cross_entropy_options", "te_adamw_param", "te_adamw_options")}
 
 version = _te.te_version
 version_string = _te.te_version_string
@@ -692,3 +694,135 @@ def rope_forward(ctx, rot_dim, interleaved, x, freqs, cu_seqlens, y):
 def rope_backward(ctx, rot_dim, interleaved, dy, freqs, cu_seqlens, dx):
     _attention("te_rope_backward")
     _te.te_swig_rope(ctx, rot_dim, 1 if interleaved else 0, dy, freqs, cu_seqlens, dx, 1)
+
+
+# ---- training-step ops and checkpoints (weak in the module: a libte.so built before them lacks
+# them, see te.i) ---------------------------------------------------------------------------------
+
+def _fn(name):
+    f = getattr(_te, name, None)
+    exports = getattr(_te, "te_swig_exports", None)
+    if f is None or exports is None or not exports(name):
+        raise Unsupported("%s: the loaded libte.so (%s) does not export it (or the SWIG module "
+                          "was built before it); rebuild libte and the module "
+                          "(bindings/swig/build.py)" % (name, _te.te_version_string()))
+    return f
+
+
+def add(ctx, a, b, y):
+    _fn("te_add")(ctx, a, b, y)
+
+
+def split_columns(ctx, x, outputs):
+    _at_most(outputs, "outputs")
+    _fn("te_split_columns")(ctx, x, outputs, len(outputs))
+
+
+def concat_columns(ctx, inputs, y):
+    _at_most(inputs, "inputs")
+    _fn("te_concat_columns")(ctx, inputs, len(inputs), y)
+
+
+def embedding_forward(ctx, table, ids, y):
+    _fn("te_embedding_forward")(ctx, table, ids, y)
+
+
+def embedding_backward(ctx, ids, dy, dtable, accumulate):
+    _fn("te_embedding_backward")(ctx, ids, dy, dtable, 1 if accumulate else 0)
+
+
+def cross_entropy_defaults():
+    _fn("te_cross_entropy")
+    o = _te.te_cross_entropy_options()
+    return {"ignore_index": o.ignore_index, "grad_scale": o.grad_scale}
+
+
+def cross_entropy(ctx, ignore_index, grad_scale, logits, targets, loss, dlogits):
+    f = _fn("te_cross_entropy")
+    o = _te.te_cross_entropy_options()
+    o.ignore_index = ignore_index
+    o.grad_scale = grad_scale
+    f(ctx, o, logits, targets, loss, dlogits)
+
+
+ADAMW_FIELDS = ("lr", "beta1", "beta2", "eps", "weight_decay", "step", "max_grad_norm")
+
+
+def adamw_defaults():
+    _fn("te_adamw_step")
+    o = _te.te_adamw_options()
+    return {name: getattr(o, name) for name in ADAMW_FIELDS}
+
+
+def adamw_param_defaults():
+    _fn("te_adamw_step")
+    p = _te.te_adamw_param()
+    return {"weight_decay": p.weight_decay, "owner_kind": int(p.owner_kind),
+            "owner_gemm": p.owner_gemm}
+
+
+def adamw_step(ctx, options, grad_norm, params):
+    f = _fn("te_adamw_step")
+    o = _te.te_adamw_options()
+    for name in ADAMW_FIELDS:
+        setattr(o, name, options[name])
+    o.grad_norm = grad_norm or None
+    f(ctx, o, [tuple(entry) for entry in params])
+
+
+def checkpoint_create():
+    return _fn("te_checkpoint_create")()
+
+
+def checkpoint_destroy(ck):
+    _te.te_checkpoint_destroy(ck)  # a no-op without te_checkpoint_* (no handle could exist)
+
+
+def checkpoint_put_tensor(ck, ctx, name, t):
+    _fn("te_checkpoint_put_tensor")(ck, ctx, check_name(name), t)
+
+
+def checkpoint_put_bytes(ck, name, data):
+    f = _fn("te_checkpoint_put_bytes")
+    f(ck, check_name(name), buffer_bytes(data) if data is not None else None)
+
+
+def checkpoint_get_tensor(ck, ctx, name, t):
+    _fn("te_checkpoint_get_tensor")(ck, ctx, check_name(name), t)
+
+
+def checkpoint_get_bytes(ck, name):
+    f = _fn("te_checkpoint_get_bytes")
+    key = check_name(name)
+    size = f(ck, key, None)
+    buf = bytearray(size)
+    size = f(ck, key, buf)
+    return bytes(buf[:size])
+
+
+def checkpoint_count(ck):
+    return _fn("te_checkpoint_count")(ck)
+
+
+def checkpoint_name(ck, index):
+    return _fn("te_checkpoint_name")(ck, index)
+
+
+def checkpoint_write(ck, path):
+    _fn("te_checkpoint_write")(ck, check_path(path))
+
+
+def checkpoint_read(path):
+    return _fn("te_checkpoint_read")(check_path(path))
+
+
+def checkpoint_serialize(ck):
+    f = _fn("te_checkpoint_serialize")
+    size = f(ck, None)
+    buf = bytearray(size)
+    size = f(ck, buf)
+    return bytes(buf[:size])
+
+
+def checkpoint_deserialize(data):
+    return _fn("te_checkpoint_deserialize")(buffer_bytes(data))

@@ -3,14 +3,14 @@
 import numpy as np
 
 from . import _constants as C
-from ._arrays import te_dtype
+from ._arrays import adapt, te_dtype
 from ._lowlevel import ll
 from .errors import InvalidArgument
 from .tensor import (Float8Tensor, as_input, check_context, follow_streams, fp8_dtype,
                      new_output, one_float, scaling_mode)
 
 __all__ = ["activation_forward", "activation_backward", "quantize", "cast_transpose",
-           "dequantize", "amax", "gemm"]
+           "dequantize", "amax", "gemm", "add", "split_columns", "concat_columns"]
 
 _ACTIVATIONS = {"relu": C.ACTIVATION_RELU, "gelu": C.ACTIVATION_GELU,
                 "swiglu": C.ACTIVATION_SWIGLU, "geglu": C.ACTIVATION_GEGLU,
@@ -181,4 +181,116 @@ def gemm(ctx, a, b, out=None, *, transa=False, transb=False, bias=None, gelu=Fal
     ll.gemm(h, a_a.desc, a_b.desc, a_d.desc, transa, transb, epilogue,
             a_bias.desc if a_bias else None, a_gelu.desc if a_gelu else None, accumulate,
             use_split_accumulator)
+    return out
+
+
+# ---- glue between modules: residual adds, column split / concat ---------------------------------
+
+def add(ctx, a, b, out=None):
+    """out = a + b elementwise (fp32 arithmetic, rounded once to out's dtype): a, b and out of
+    one dtype (float32, float16, bfloat16) and one shape; out may be a or b (in place).
+    Returns out (a new NumPy array for NumPy inputs when not given)."""
+    h = check_context(ctx)
+    a_a = _hp(ctx, a, "a")
+    a_b = _hp(ctx, b, "b")
+    if out is None:
+        out = new_output((a_a, a_b), tuple(a_a.desc[2]), a_a.desc[1], "out")
+    if isinstance(out, Float8Tensor):
+        raise InvalidArgument("argument 'out': expected a float32, float16 or bfloat16 array, "
+                              "got a Float8Tensor")
+    a_y = as_input(ctx, out, "out", writable=True)
+    follow_streams(ctx, a_a, a_b, a_y)
+    ll.add(h, a_a.desc, a_b.desc, a_y.desc)
+    return out
+
+
+def _is_int32(x):
+    dt = getattr(x, "dtype", None)
+    return dt is not None and str(dt).rpartition(".")[2] == "int32"
+
+
+def _any_input(ctx, x, name, writable=False):
+    """Adapted for data of any dtype split/concat move as bytes: a high-precision array, an
+    int32 array or a Float8Tensor."""
+    if isinstance(x, Float8Tensor):
+        return x._adapt(ctx, name, writable)
+    if _is_int32(x):
+        return adapt(x, name, writable=writable, device=ctx.device, stream=ctx._stream,
+                     index="int32 data")
+    return as_input(ctx, x, name, writable)
+
+
+def _like(part, a_part, shape, name):
+    """A new host output like `part` (an array or a per-tensor Float8Tensor, whose scale_inv is
+    copied: split and concat move the codes, the scale stays the same)."""
+    if isinstance(part, Float8Tensor):
+        if not a_part.is_numpy:
+            raise InvalidArgument("argument '%s': pass outputs: libte allocates outputs only for "
+                                  "NumPy inputs" % name)
+        if part.scaling != C.SCALING_PER_TENSOR:
+            raise InvalidArgument("argument '%s': pass outputs for block-scaled FP8 data (their "
+                                  "scale_inv blocks follow the columns)" % name)
+        return Float8Tensor(np.empty(shape, part.numpy_codes().dtype),
+                            np.array(part.scale_inv, np.float32, copy=True), part.dtype,
+                            part.scaling)
+    return new_output((a_part,), shape, a_part.desc[1], name)
+
+
+def _ints(values, name):
+    try:
+        out = [int(v) for v in values]
+    except (TypeError, ValueError):
+        raise InvalidArgument("argument '%s': expected a sequence of ints, got %r"
+                              % (name, values)) from None
+    return out
+
+
+def split_columns(ctx, x, sizes=None, *, out=None):
+    """Splits x [..., c_0 + ... + c_{n-1}] by its last dimension into n arrays [..., c_i] (a
+    fused QKV projection's output into q, k, v): `sizes` the c_i (new outputs, NumPy inputs
+    only), or `out` a list of arrays to write (any shape of rows * c_i elements whose last
+    dimension is c_i). Any dtype (FP8 as Float8Tensor: codes move, scale_inv does not; new FP8
+    outputs get a copy of x's per-tensor scale_inv); exact copies. Returns the list of parts."""
+    h = check_context(ctx)
+    a_x = _any_input(ctx, x, "x")
+    if out is None:
+        if sizes is None:
+            raise InvalidArgument("arguments 'sizes' and 'out': pass the column counts or the "
+                                  "outputs")
+        lead = tuple(a_x.desc[2][:-1])
+        out = [_like(x, a_x, lead + (c,), "out[%d]" % i)
+               for i, c in enumerate(_ints(sizes, "sizes"))]
+    else:
+        out = list(out)
+        if sizes is not None:
+            widths = [tuple(getattr(o, "shape", ()))[-1:] for o in out]
+            if [w[0] if w else None for w in widths] != _ints(sizes, "sizes"):
+                raise InvalidArgument("argument 'sizes': %r differs from the outputs' last "
+                                      "dimensions %r" % (list(sizes), [w[0] if w else None
+                                                                       for w in widths]))
+    parts = [_any_input(ctx, o, "out[%d]" % i, writable=True) for i, o in enumerate(out)]
+    follow_streams(ctx, a_x, *parts)
+    ll.split_columns(h, a_x.desc, [p.desc for p in parts])
+    return out
+
+
+def concat_columns(ctx, parts, out=None):
+    """The inverse of split_columns: out[..., c_0 + ... + c_{n-1}] from parts [..., c_i] (one
+    dtype throughout, any; FP8 as Float8Tensor). A new output (NumPy inputs only) has the
+    first part's leading shape; for FP8 it gets a copy of the first part's per-tensor
+    scale_inv. Returns out."""
+    h = check_context(ctx)
+    parts = list(parts)
+    adapted = [_any_input(ctx, p, "parts[%d]" % i) for i, p in enumerate(parts)]
+    if out is None:
+        if not parts:
+            raise InvalidArgument("argument 'parts': expected at least one array, got none")
+        shape = tuple(adapted[0].desc[2][:-1]) + (sum(a.desc[2][-1] for a in adapted),)
+        if not all(a.is_numpy for a in adapted):
+            raise InvalidArgument("argument 'out': pass an output array: libte allocates "
+                                  "outputs only for NumPy inputs")
+        out = _like(parts[0], adapted[0], shape, "out")
+    a_y = _any_input(ctx, out, "out", writable=True)
+    follow_streams(ctx, a_y, *adapted)
+    ll.concat_columns(h, [a.desc for a in adapted], a_y.desc)
     return out
