@@ -1,20 +1,18 @@
-// Softmax cross-entropy fused with its gradient on CUDA: three launches, no host sync, no atomics.
+// Softmax cross-entropy fused with its gradient on CUDA: three launches, no host sync, no atomics,
+// bit-identical to the CPU reference (the arithmetic and the orders are
+// training/cross_entropy_math.h's, which cpu_cross_entropy.cpp replays lane by lane).
 //   1. count_kernel (one block): count = number of targets != ignore_index (integers: exact).
-//   2. row_kernel (one block of kRowThreads per row): thread u walks columns u, u + kRowThreads,
-//      ... keeping an online (max m, sum s of expf(x - m)); the pairs are then combined by a
-//      warp butterfly (xor offsets 16..1) and the warps' pairs in warp order by warp 0's
-//      butterfly: a fixed order, so two runs are bit-identical. Then row loss =
-//      (logf(s) + m) - x[target] into scratch, and, when dlogits is wanted, a second pass over
-//      the same row writes (expf(x - m) / s - onehot) * (grad_scale / count). Every thread reads
-//      x[target] before the reduction's barriers and its own elements before writing them, so
-//      dlogits may be logits itself. Ignored rows: loss 0, dlogits 0. A target outside
-//      [0, vocab) (not ignore_index): loss NaN and dlogits NaN for that row (the mean is then
-//      NaN; a clipped AdamW step then skips the update).
-//   3. loss_kernel (one block of kLossThreads): thread u sums row losses u, u + kLossThreads, ...
-//      in increasing row, then a fixed tree; loss = total / count (0 when count is 0).
-// The formulas are the CPU reference's (cpu_cross_entropy.cpp, separately rounded _rn
-// operations); the CPU sums s and the loss sequentially and uses the host's expf/logf, so the
-// two agree to a few ulps rather than bit for bit.
+//   2. row_kernel (one block of kRowLanes threads per row): thread u walks columns u,
+//      u + kRowLanes, ... keeping an online (max m, sum s of e^(x - m)); a warp butterfly
+//      (xor offsets 16..1) then warp 0's butterfly over the 16 warps' pairs combine them (the
+//      combine is symmetric, so this is the tree the header describes). Row loss into scratch;
+//      when dlogits is wanted a second pass over the same row writes (e^(x - m) / s - onehot) *
+//      grad_scale / count. Every thread reads x[target] before the reduction's barriers and its
+//      own elements before writing them, so dlogits may be logits itself. Ignored rows: loss 0,
+//      dlogits 0. A target outside [0, vocab) (not ignore_index): that row's loss and dlogits
+//      are NaN (the mean is then NaN; no host sync to refuse it).
+//   3. loss_kernel (one block of kLossLanes): strided sums of the row losses, a fixed tree,
+//      loss = total / count (0 when count is 0).
 #include <cfloat>
 #include <cstdint>
 
@@ -23,34 +21,25 @@
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/training_args.h"
 #include "base/check.h"
+#include "training/cross_entropy_math.h"
 
 namespace te::cuda {
 
 namespace {
 
 constexpr int kCountThreads = 1024;
-constexpr int kRowThreads = 512;
-constexpr int kLossThreads = 1024;
+constexpr int kRowThreads = ce::kRowLanes;
+constexpr int kLossThreads = ce::kLossLanes;
 constexpr size_t kAlign = 256;
-
-struct MaxSum {
-  float m, s;
-};
-
-// The pair of two disjoint sets of columns. An empty side (m = -inf) contributes nothing (also
-// avoids -inf - -inf).
-__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
-  if (a.m == -INFINITY) return b;
-  if (b.m == -INFINITY) return a;
-  const float m = fmaxf(a.m, b.m);
-  return MaxSum{m, __fadd_rn(__fmul_rn(a.s, expf(__fsub_rn(a.m, m))), __fmul_rn(b.s, expf(__fsub_rn(b.m, m))))};
-}
+using ce::MaxSum;
 
 __device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
-    const MaxSum o{__shfl_xor_sync(0xffffffffu, v.m, off), __shfl_xor_sync(0xffffffffu, v.s, off)};
-    v = combine(v, o);
+    MaxSum o;
+    o.m = __shfl_xor_sync(0xffffffffu, v.m, off);
+    o.s = __shfl_xor_sync(0xffffffffu, v.s, off);
+    v = ce::combine(v, o);
   }
   return v;
 }
@@ -73,8 +62,8 @@ __global__ void __launch_bounds__(kRowThreads)
     row_kernel(const void *logits, DType t_in, int64_t vocab, const int32_t *__restrict__ targets, int32_t ignore_index,
                const int64_t *__restrict__ count, float grad_scale, float *__restrict__ row_loss, void *dlogits,
                DType t_out) {
-  __shared__ MaxSum warp_pairs[kRowThreads / 32];
-  __shared__ MaxSum row_pair;
+  __shared__ float warp_m[kRowThreads / 32], warp_s[kRowThreads / 32];
+  __shared__ float row_m, row_s;
   const int64_t row = blockIdx.x;
   const int64_t off = row * vocab;
   const int32_t target = targets[row];
@@ -87,38 +76,35 @@ __global__ void __launch_bounds__(kRowThreads)
   const bool valid = target >= 0 && target < vocab;
   // Read before any thread of the block writes (the writes come after the barriers below).
   const float x_target = valid ? dev_load_as_float(logits, t_in, off + target) : 0.0f;
-  MaxSum v{-INFINITY, 0.0f};
+  MaxSum v;
   bool saw_nan = false;
   for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) {
     const float x = dev_load_as_float(logits, t_in, off + j);
-    if (x != x) {
-      saw_nan = true;  // the row's loss and gradient become NaN, as on the CPU
-    } else if (x > v.m) {
-      v.s = v.m == -INFINITY ? 1.0f : __fadd_rn(__fmul_rn(v.s, expf(__fsub_rn(v.m, x))), 1.0f);
-      v.m = x;
-    } else if (v.m != -INFINITY) {
-      v.s = __fadd_rn(v.s, expf(__fsub_rn(x, v.m)));
-    }  // else x = m = -inf: expf(-inf) = 0 once a finite max exists; an all -inf row gives s = 0
+    if (x != x) saw_nan = true;  // the row's loss and gradient become NaN, as on the CPU
+    else ce::push(v, x);
   }
   const bool row_nan = __syncthreads_or(saw_nan) != 0;
   v = warp_combine(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_pairs[warp] = v;
+  if (lane == 0) warp_m[warp] = v.m, warp_s[warp] = v.s;
   __syncthreads();
   if (warp == 0) {
-    MaxSum w = lane < kRowThreads / 32 ? warp_pairs[lane] : MaxSum{-INFINITY, 0.0f};
+    MaxSum w;  // lanes past the warp count: the empty pair, which every combine leaves as is
+    if (lane < kRowThreads / 32) w.m = warp_m[lane], w.s = warp_s[lane];
     w = warp_combine(w);
-    if (lane == 0) row_pair = w;
+    if (lane == 0) row_m = w.m, row_s = w.s;
   }
   __syncthreads();
-  const float m = row_pair.m, s = row_nan ? NAN : row_pair.s;
-  if (threadIdx.x == 0) row_loss[row] = valid ? __fsub_rn(__fadd_rn(logf(s), m), x_target) : NAN;
+  MaxSum r;
+  r.m = row_m;
+  r.s = row_s;
+  if (row_nan) r.s = NAN;
+  if (threadIdx.x == 0) row_loss[row] = valid ? ce::row_loss(r, x_target) : NAN;
   if (!dlogits) return;
-  const float factor = __fdiv_rn(grad_scale, static_cast<float>(*count));  // count >= 1: this row counts
+  const float factor = ce::grad_factor(grad_scale, *count);  // count >= 1: this row counts
   for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) {
     const float x = dev_load_as_float(logits, t_in, off + j);
-    const float p = __fdiv_rn(expf(__fsub_rn(x, m)), s);
-    const float d = valid ? __fmul_rn(__fsub_rn(p, j == target ? 1.0f : 0.0f), factor) : NAN;
+    const float d = valid ? ce::grad(x, r, j == target, factor) : NAN;
     dev_store_from_float(dlogits, t_out, off + j, d);
   }
 }
