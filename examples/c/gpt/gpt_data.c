@@ -198,7 +198,7 @@ int gpt_text_load(gpt_text *out, const char *path_or_null, size_t max_bytes, FIL
     if (path_list_push(&files, "") != 0) goto out_of_memory;
   } else {
     if (walk(root, "", py_only, &files) != 0) goto out_of_memory;
-    qsort(files.items, files.count, sizeof *files.items, compare_paths);
+    if (files.count > 1) qsort(files.items, files.count, sizeof *files.items, compare_paths);
   }
 
   for (i = 0; i < files.count && (!max_bytes || size < max_bytes); ++i) {
