@@ -13,8 +13,12 @@ The model, as examples/c/gpt/gpt_model.h describes the C one:
   loss = mean cross-entropy
 GELU is the tanh approximation (te.h: TE_ACTIVATION_GELU, "tanh approximation, as TE");
 LayerNorm eps 1e-5. Init GPT-2 style (normal 0.02, proj and fc2 0.02/sqrt(2 layers), biases 0).
-AdamW (fused=True), decay on the matrices (qkv, proj, fc1, fc2, head) only, gradient norm clipped
-to --max-grad-norm, lr warmed up linearly over --lr-warmup steps then constant.
+AdamW (fused=True; betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on the matrices qkv, proj, fc1,
+fc2, head only), gradient norm clipped to 1.0, and train_gpt.c's schedule: lr rises linearly over
+--warmup steps to --lr (4e-4, the gpu preset's), then decays along a cosine to 10% of it at the
+last of --steps. The same flags and defaults as train_gpt --preset gpu, so one command line
+drives both. The initial weights come from torch's RNG (--seed), not from the C model's
+generator: the same distribution, not the same numbers.
 Precision (--precision): amp (default) keeps fp32 parameters and runs the model under
 torch.autocast(bfloat16), as libte keeps fp32 masters and BF16 model copies; bf16 makes the
 parameters themselves bf16 (no masters: faster, not the same numerics). The model is
@@ -24,22 +28,24 @@ Text: the same bytes examples/c/gpt/gpt_data.c reads: the *.py files under the d
 `python3 -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])"` names (or the newest
 /usr/lib/python3.N holding os.py), outside directories named site-packages, dist-packages,
 test, tests, idle_test and __pycache__, symlinks not followed, sorted by relative path (byte
-order), concatenated up to --data-bytes (0: all); --data FILE_OR_DIR instead (every regular file
+order), concatenated up to --max-bytes (0: all); --data FILE_OR_DIR instead (every regular file
 of a directory). The last 10% is the validation split. Batches: random windows of seq + 1 bytes
-drawn with gpt_data.c's splitmix64 sampler (seed --data-seed), so the same seed gives the same
-batches as the C sampler. Every batch is real text, built before the timed region and kept on
-the device.
+drawn with gpt_data.c's splitmix64 sampler, seeded as train_gpt.c seeds it (--seed S: training
+batches from S * 0x9E3779B97F4A7C15 + 17, validation batches from 0x76616c5f73657421), so the
+peer trains on the same batches as train_gpt and reports its validation loss on the same
+--eval-batches validation batches. Every batch is real text, built before the timed region and
+kept on the device.
 
-Timing: --warmup steps first (compilation, autotuning; not timed), then --steps steps timed
-between two torch.cuda.synchronize() calls. Output: one JSON object on stdout (tokens/s, ms per
+Timing: of the --steps steps, the first --untimed (compilation, autotuning) are not timed; the
+rest are timed between two torch.cuda.synchronize() calls. Output: one JSON object on stdout (tokens/s, ms per
 step, first and final train loss, validation loss after training, peak memory, device name,
 torch version, shapes); progress on stderr.
 
 Usage: python3 bench/gpt_torch_peer.py [--d-model 2048 --layers 8 --heads 16 --d-ff 8192
-         --seq 1024 --batch 8 --steps 50 --warmup 10] [--device cuda|cpu] [--no-compile]
+         --seq-len 1024 --batch 8 --steps 300 --warmup 30 --untimed 10] [--device cuda|cpu] [--no-compile]
          [--precision amp|bf16] [--json FILE]
   CPU smoke test: python3 bench/gpt_torch_peer.py --device cpu --no-compile --d-model 64
-         --layers 2 --heads 4 --seq 64 --batch 4 --steps 4 --warmup 1
+         --layers 2 --heads 4 --seq 64 --batch 4 --steps 5 --warmup 2 --untimed 1
 Exit status 0, or 2 on bad arguments or missing text.
 """
 import argparse
@@ -240,20 +246,21 @@ def main(argv):
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--d-ff", type=int, default=0, help="MLP hidden size (default 4 * d-model)")
-    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--seq", "--seq-len", dest="seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=50, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=10, help="untimed steps before them")
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--lr-warmup", type=int, default=20, help="steps of linear lr warm-up")
+    ap.add_argument("--steps", type=int, default=300, help="training steps (as train_gpt)")
+    ap.add_argument("--warmup", type=int, default=30, help="lr warm-up steps (as train_gpt)")
+    ap.add_argument("--untimed", type=int, default=10, help="first steps left out of the timing")
+    ap.add_argument("--lr", type=float, default=4e-4, help="peak lr (as train_gpt)")
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay down to this")
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.95)
     ap.add_argument("--max-grad-norm", type=float, default=1.0, help="0: no clipping")
-    ap.add_argument("--seed", type=int, default=1234, help="initial weights")
-    ap.add_argument("--data-seed", type=int, default=1234, help="the batch sampler")
+    ap.add_argument("--seed", type=int, default=1, help="initial weights and batches (as train_gpt)")
     ap.add_argument("--data", default=None, help="a text file or directory instead of the Python stdlib")
-    ap.add_argument("--data-bytes", type=int, default=0, help="read at most this many bytes (0: all)")
+    ap.add_argument("--max-bytes", "--data-bytes", dest="data_bytes", type=int, default=0,
+                    help="read at most this many bytes of text (0: all)")
     ap.add_argument("--eval-batches", type=int, default=4, help="validation batches after training")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--precision", default="amp", choices=("amp", "bf16"))
@@ -261,9 +268,11 @@ def main(argv):
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
     args = ap.parse_args(argv)
     args.d_ff = args.d_ff or 4 * args.d_model
-    if (args.d_model % args.heads or (args.d_model // args.heads) % 2 or min(args.steps, args.seq, args.batch,
-                                                                            args.layers) < 1 or args.warmup < 0):
-        ap.error("need d-model divisible by heads into an even head size, steps/seq/batch/layers >= 1, warmup >= 0")
+    if (args.d_model % args.heads or (args.d_model // args.heads) % 2 or min(args.seq, args.batch, args.layers,
+                                                                            args.eval_batches) < 1
+            or args.warmup < 0 or not 0 <= args.untimed < args.steps):
+        ap.error("need d-model divisible by heads into an even head size, seq/batch/layers/eval-batches >= 1, "
+                 "warmup >= 0, 0 <= untimed < steps")
 
     try:
         import torch
@@ -283,12 +292,13 @@ def main(argv):
         return 2
 
     # Every batch, real text, built before the timed region and kept on the device.
-    sampler = Sampler(args.data_seed)
-    n_steps = args.warmup + args.steps
+    sampler = Sampler(args.seed * 0x9E3779B97F4A7C15 + 17)  # as train_gpt.c: the same batches
+    n_steps = args.steps
     raw = b"".join(sampler.windows(train, args.batch, args.seq) for _ in range(n_steps))
     batches = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(n_steps, args.batch, args.seq + 1)
     batches = batches.to(dev).long()
-    vraw = b"".join(sampler.windows(val, args.batch, args.seq) for _ in range(args.eval_batches))
+    vsampler = Sampler(0x76616C5F73657421)  # train_gpt.c's fixed validation batches
+    vraw = b"".join(vsampler.windows(val, args.batch, args.seq) for _ in range(args.eval_batches))
     vbatches = torch.frombuffer(bytearray(vraw), dtype=torch.uint8).view(-1, args.batch, args.seq + 1).to(dev).long()
 
     torch.manual_seed(args.seed)
@@ -306,9 +316,16 @@ def main(argv):
     step_fn = model if args.no_compile else torch.compile(model)
     autocast = torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=args.precision == "amp")
 
+    def lr_at(step):  # train_gpt.c's lr_at: step is 1-based
+        if args.warmup > 0 and step <= args.warmup:
+            return args.lr * step / args.warmup
+        span = args.steps - args.warmup
+        t = min((step - args.warmup) / span, 1.0) if span > 0 else 1.0
+        return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
     def train_step(i):
         for g in opt.param_groups:
-            g["lr"] = args.lr * min(1.0, (i + 1) / args.lr_warmup) if args.lr_warmup > 0 else args.lr
+            g["lr"] = lr_at(i + 1)
         b = batches[i]
         with autocast:
             loss = step_fn(b[:, :-1], b[:, 1:])
@@ -322,16 +339,16 @@ def main(argv):
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     losses = []
     t0 = time.perf_counter()
-    for i in range(args.warmup):
+    for i in range(args.untimed):
         losses.append(train_step(i))
     sync()
-    log("warm-up: %d steps in %.1f s (compilation included), loss %.4f"
-        % (args.warmup, time.perf_counter() - t0, losses[-1].item() if losses else float("nan")))
+    log("untimed: %d steps in %.1f s (compilation included), loss %.4f"
+        % (args.untimed, time.perf_counter() - t0, losses[-1].item() if losses else float("nan")))
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     sync()
     t1 = time.perf_counter()
-    for i in range(args.warmup, n_steps):
+    for i in range(args.untimed, n_steps):
         losses.append(train_step(i))
     sync()
     elapsed = time.perf_counter() - t1
@@ -341,7 +358,8 @@ def main(argv):
     with torch.no_grad(), autocast:
         val_loss = sum(step_fn(b[:, :-1], b[:, 1:]).float().item() for b in vbatches) / len(vbatches)
 
-    tokens = args.steps * args.batch * args.seq
+    timed = args.steps - args.untimed
+    tokens = timed * args.batch * args.seq
     result = {
         "impl": "pytorch", "precision": "bf16 autocast, fp32 params" if args.precision == "amp" else "bf16 params",
         "compiled": not args.no_compile, "optimizer": "AdamW fused" if fused else "AdamW",
@@ -350,13 +368,14 @@ def main(argv):
         "torch": torch.__version__,
         "shape": {"d_model": args.d_model, "layers": args.layers, "heads": args.heads, "d_ff": args.d_ff,
                   "seq": args.seq, "batch": args.batch, "vocab": 256},
-        "params": n_params, "warmup_steps": args.warmup, "timed_steps": args.steps,
-        "tokens_per_s": tokens / elapsed, "ms_per_step": 1000.0 * elapsed / args.steps,
+        "params": n_params, "steps": args.steps, "untimed_steps": args.untimed, "timed_steps": timed,
+        "lr": args.lr, "lr_warmup": args.warmup,
+        "tokens_per_s": tokens / elapsed, "ms_per_step": 1000.0 * elapsed / timed,
         "first_train_loss": loss_values[0], "final_train_loss": loss_values[-1],
         "val_loss": val_loss, "eval_batches": args.eval_batches,
         "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2 ** 30 if args.device == "cuda" else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved(dev) / 2 ** 30 if args.device == "cuda" else None,
-        "data": desc, "data_seed": args.data_seed, "seed": args.seed,
+        "data": desc, "seed": args.seed,
     }
     text_out = json.dumps(result, indent=1)
     print(text_out)
