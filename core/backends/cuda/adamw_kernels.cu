@@ -169,20 +169,14 @@ void for_each_launch(const AdamwArgs &a, F &&f) {
 
 }  // namespace
 
-void CudaBackend::plan_adamw(const AdamwArgs &a, ScratchPlan *plan) const {
-  if (a.needs_norm()) plan->add(static_cast<size_t>(a.total_chunks + 1) * sizeof(float));
-}
-
-void CudaBackend::adamw(const AdamwArgs &a) {
+// The whole step on `stream`; scratch: total_chunks + 1 floats when the args need the norm.
+// Separate from the backend class so that the kernels can be exercised alone.
+void adamw_enqueue(const AdamwArgs &a, float *scratch, cudaStream_t stream) {
   if (a.count == 0) return;
-  DeviceGuard guard(device_);
-  cudaStream_t stream = stream_;
   UpdateScalars s{a.lr, a.beta1, a.beta2, a.eps, a.lr_wd, a.one_minus_beta1, a.one_minus_beta2,
                   a.bias_correction1, a.bias_correction2, a.max_grad_norm, nullptr};
-  Buffer scratch;
   if (a.needs_norm()) {
-    scratch = Buffer(this, static_cast<size_t>(a.total_chunks + 1) * sizeof(float));
-    float *partials = scratch.floats();
+    float *partials = scratch;
     float *norm = partials + a.total_chunks;
     for_each_launch(a, [&](const LaunchList &L, unsigned blocks) {
       norm_partials_kernel<<<blocks, kAdamwLanes, 0, stream>>>(L, partials);
@@ -196,6 +190,18 @@ void CudaBackend::adamw(const AdamwArgs &a) {
     update_kernel<<<blocks, kAdamwLanes, 0, stream>>>(L, s);
     TE_CUDA_CHECK_LAUNCH();
   });
+}
+
+void CudaBackend::plan_adamw(const AdamwArgs &a, ScratchPlan *plan) const {
+  if (a.needs_norm()) plan->add(static_cast<size_t>(a.total_chunks + 1) * sizeof(float));
+}
+
+void CudaBackend::adamw(const AdamwArgs &a) {
+  if (a.count == 0) return;
+  DeviceGuard guard(device_);
+  Buffer scratch;  // freed stream-ordered: the kernels below are done with it first
+  if (a.needs_norm()) scratch = Buffer(this, static_cast<size_t>(a.total_chunks + 1) * sizeof(float));
+  adamw_enqueue(a, scratch.floats(), stream_);
 }
 
 }  // namespace te::cuda
