@@ -283,7 +283,9 @@ TEST_P(AdamwRefresh, BitIdenticalToRecastingEveryStep) {
     B.release_backward();
     for (size_t i = 0; i < A.w.size(); ++i) {
       ASSERT_EQ(A.w[i].p.bytes, B.w[i].p.bytes) << "param " << i;
-      if (c.act != TE_DTYPE_F32) ASSERT_EQ(A.w[i].model.bytes, B.w[i].model.bytes) << "model weight " << i;
+      if (c.act != TE_DTYPE_F32) {
+        ASSERT_EQ(A.w[i].model.bytes, B.w[i].model.bytes) << "model weight " << i;
+      }
     }
   }
 }
