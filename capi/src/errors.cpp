@@ -38,6 +38,7 @@ const char *handle_kind_name(HandleKind k) {
     case HandleKind::Attention: return "te_attention";
     case HandleKind::AttentionBackwardCtx: return "te_attention_backward_ctx";
     case HandleKind::AttentionResiduals: return "te_attention_residuals";
+    case HandleKind::Checkpoint: return "te_checkpoint";
     case HandleKind::Dead: return "destroyed handle";
   }
   return "handle of unknown type";

@@ -39,6 +39,7 @@ enum class HandleKind : uint8_t {
   Attention = 16,
   AttentionBackwardCtx = 17,
   AttentionResiduals = 18,
+  Checkpoint = 19,
 };
 
 // Why a value did not resolve.
