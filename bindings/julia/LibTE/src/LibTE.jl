@@ -18,7 +18,10 @@ Two layers:
     [`LayerNormMLP`](@ref), [`GroupedLinear`](@ref)); and `src/attention.jl`, scaled
     dot-product attention ([`Attention`](@ref): BSHD or THD with `Int32` offsets, masks, GQA,
     FP8, residuals in caller memory) and RoPE ([`rope_forward!`](@ref),
-    [`rope_backward!`](@ref)).
+    [`rope_backward!`](@ref)); and `src/training.jl`, the training step's glue ([`add!`](@ref),
+    [`split_columns`](@ref), [`concat_columns`](@ref), [`embedding_forward!`](@ref),
+    [`embedding_backward!`](@ref), [`cross_entropy!`](@ref)) and the fused [`AdamW`](@ref)
+    optimizer; and `src/checkpoint.jl`, [`Checkpoint`](@ref)s of named tensors and bytes.
 
 # Finding the library
 
@@ -50,6 +53,8 @@ include("ops.jl")
 include("norm.jl")
 include("modules.jl")
 include("attention.jl")
+include("training.jl")
+include("checkpoint.jl")
 
 const _libte_handle = Ref{Ptr{Cvoid}}(C_NULL)
 

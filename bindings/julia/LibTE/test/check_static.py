@@ -27,9 +27,14 @@ OPS = os.path.join(PKG, "src", "ops.jl")
 NORM = os.path.join(PKG, "src", "norm.jl")
 MODULES = os.path.join(PKG, "src", "modules.jl")
 ATTENTION = os.path.join(PKG, "src", "attention.jl")
+TRAINING = os.path.join(PKG, "src", "training.jl")
+CHECKPOINT = os.path.join(PKG, "src", "checkpoint.jl")
 TESTS = os.path.join(PKG, "test", "runtests.jl")
+# Test files runtests.jl includes (they share its imports and helpers).
+TEST_PARTS = [os.path.join(PKG, "test", f) for f in ("training.jl", "checkpoint.jl")]
 EXAMPLE = os.path.join(ROOT, "examples", "julia", "train_mlp.jl")
-HANDWRITTEN = [MODULE, HIGHLEVEL, OPS, NORM, MODULES, ATTENTION, TESTS, EXAMPLE]
+SRC_FILES = (HIGHLEVEL, OPS, NORM, MODULES, ATTENTION, TRAINING, CHECKPOINT)
+HANDWRITTEN = [MODULE, *SRC_FILES, TESTS, *TEST_PARTS, EXAMPLE]
 
 # Base / Core / stdlib (Test, LinearAlgebra, Libdl, GC) functions and macros the hand-written code
 # calls. A call of anything else must be defined in the package or in the calling file.
@@ -46,6 +51,7 @@ UInt isfile Set Symbol eachmatch realpath isnan significand permutedims read som
 join foreach empty! prod atomic_add! atomic_sub! atomic_cas! Atomic dlsym dlpath reinterpret copyto!
 testset test test_throws assert preserve eval warn time elapsed
 vcat hcat fill repeat reshape
+enumerate cumsum sort rm tempname write setfield! deepcopy typemax typemin String resize! Vector include
 """.split())
 
 
@@ -194,7 +200,7 @@ def main():
     gen = set(re.findall(r"^function (te_\w+)\(", gen_text, re.M))
     gen |= set(re.findall(r"^const (\w+) =", gen_text, re.M))
     gen |= set(re.findall(r"^struct (\w+)$", gen_text, re.M))
-    hl_text = "\n".join(open(p, encoding="utf-8").read() for p in (HIGHLEVEL, OPS, NORM, MODULES, ATTENTION))
+    hl_text = "\n".join(open(p, encoding="utf-8").read() for p in SRC_FILES)
     mod_text = open(MODULE, encoding="utf-8").read()
     package = gen | defined_names(hl_text) | defined_names(mod_text)
 
@@ -215,7 +221,7 @@ def main():
         exports.update(x.strip() for x in m.group(1).replace("\n", " ").split(","))
     problems = ["export %s is not defined" % e for e in sorted(exports) if e not in package]
     imported = {}
-    for path in (TESTS, EXAMPLE):
+    for path in (TESTS, EXAMPLE, *TEST_PARTS):
         code = strip_code(open(path, encoding="utf-8").read())
         for name in set(re.findall(r"\bLibTE\.([A-Za-z_][\w!]*)", code)):
             if name not in package:
@@ -227,11 +233,13 @@ def main():
             if name not in package:
                 problems.append("%s imports LibTE.%s, which is not defined" % (os.path.relpath(path, ROOT), name))
         imported[path] = imp
+    for path in TEST_PARTS:  # included by runtests.jl: its imports and helpers apply
+        imported[path] |= imported[TESTS] | defined_names(open(TESTS, encoding="utf-8").read())
     report("exports, `LibTE.x` and `using LibTE: x` names are all defined (%d exports)" % len(exports), problems)
 
     # Calls in the tests and the example.
     problems = []
-    for path in (TESTS, EXAMPLE, HIGHLEVEL, OPS, NORM, MODULES, ATTENTION):
+    for path in (TESTS, *TEST_PARTS, EXAMPLE, *SRC_FILES):
         text = open(path, encoding="utf-8").read()
         code = strip_code(text)
         local = defined_names(text)

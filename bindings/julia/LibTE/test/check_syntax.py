@@ -15,6 +15,8 @@ ROOT = os.path.normpath(os.path.join(PKG, "..", "..", ".."))
 FILES = [os.path.join(PKG, "src", "LibTE.jl"), os.path.join(PKG, "src", "highlevel.jl"),
          os.path.join(PKG, "src", "ops.jl"), os.path.join(PKG, "src", "norm.jl"),
          os.path.join(PKG, "src", "modules.jl"), os.path.join(PKG, "src", "attention.jl"),
+         os.path.join(PKG, "src", "training.jl"), os.path.join(PKG, "src", "checkpoint.jl"),
+         os.path.join(PKG, "test", "training.jl"), os.path.join(PKG, "test", "checkpoint.jl"),
          os.path.join(PKG, "src", "gen", "libte_api.jl"), os.path.join(PKG, "test", "runtests.jl"),
          os.path.join(ROOT, "examples", "julia", "train_mlp.jl")]
 

@@ -1214,6 +1214,9 @@ relerr(a, b) = norm(Float64.(a) .- Float64.(b)) / max(norm(Float64.(b)), eps())
         close(ctx)
     end
 
+    include("training.jl")
+    include("checkpoint.jl")
+
     @testset "finalizers and close order" begin
         # Children closed after their context (or collected in any order) are fine: the context
         # is destroyed with its last child.

@@ -1,0 +1,113 @@
+# Included by runtests.jl (inside its "LibTE" testset; `filled` and `thrown` come from there):
+# checkpoints round-trip exactly through a buffer and a file, and refuse what te.h says.
+
+ckpt_invalid(f, func) = (e = thrown(f); e isa LibTEError && e.status == TE_ERROR_INVALID_ARGUMENT && startswith(e.message, func))
+
+@testset "Checkpoint: round trips and refusals" begin
+    ctx = Context()
+    W = filled(5, 12; seed = 1)                   # libte [12, 5]
+    ids = Int32[3, -7, typemax(Int32), typemin(Int32), 0]
+    h = Float16.(filled(4, 3, 2; seed = 2))
+    ck = Checkpoint()
+    @test length(ck) == 0
+    put_tensor!(ck, ctx, "model.fc1.weight", W)
+    put_tensor!(ck, ctx, "data.ids", ids)
+    put_tensor!(ck, ctx, "h", h)
+    put_bytes!(ck, "step", reinterpret(UInt8, [Int64(42)]))
+    put_bytes!(ck, "note", "hello")
+    put_bytes!(ck, "empty", UInt8[])
+
+    function check_sample(c)
+        @test sort(record_names(c)) == ["data.ids", "empty", "h", "model.fc1.weight", "note", "step"]
+        @test length(c) == 6 && haskey(c, "h") && !haskey(c, "nope")
+        @test get_tensor!(zeros(Float32, 5, 12), c, ctx, "model.fc1.weight") == W
+        @test get_tensor!(zeros(Int32, 5), c, ctx, "data.ids") == ids
+        @test get_tensor!(zeros(Float16, 4, 3, 2), c, ctx, "h") == h
+        @test reinterpret(Int64, get_bytes(c, "step")) == [42]
+        @test String(get_bytes(c, "note")) == "hello"
+        @test get_bytes(c, "empty") == UInt8[]
+    end
+    check_sample(ck)
+    bytes = serialize_checkpoint(ck)
+    @test bytes[1:6] == Vector{UInt8}(codeunits("TECKPT"))
+    back = deserialize_checkpoint(bytes)
+    check_sample(back)
+    @test serialize_checkpoint(Checkpoint(bytes)) == bytes
+    path = tempname()
+    write_checkpoint(ck, path)
+    @test read(path) == bytes
+    check_sample(read_checkpoint(path))
+    rm(path)
+
+    # Replacing a record; a 255-byte name is the longest.
+    put_bytes!(ck, "step", UInt8[1, 2])
+    @test get_bytes(ck, "step") == UInt8[1, 2] && length(ck) == 6
+    put_bytes!(ck, "n"^255, UInt8[1])
+
+    # Refusals, outputs untouched.
+    out = fill(9.0f0, 5, 12)
+    @test ckpt_invalid(() -> get_tensor!(out, ck, ctx, "nope"), "te_checkpoint_get_tensor")
+    @test ckpt_invalid(() -> get_tensor!(fill(9.0f0, 12, 5), ck, ctx, "model.fc1.weight"), "te_checkpoint_get_tensor")
+    @test ckpt_invalid(() -> get_tensor!(fill(Int32(9), 5, 12), ck, ctx, "model.fc1.weight"), "te_checkpoint_get_tensor")
+    @test ckpt_invalid(() -> get_tensor!(fill(9.0f0, 2), ck, ctx, "step"), "te_checkpoint_get_tensor")
+    @test all(out .== 9.0f0)
+    @test ckpt_invalid(() -> get_bytes(ck, "model.fc1.weight"), "te_checkpoint_get_bytes")
+    @test ckpt_invalid(() -> put_bytes!(ck, "", UInt8[1]), "te_checkpoint_put_bytes")
+    @test ckpt_invalid(() -> put_bytes!(ck, "n"^256, UInt8[1]), "te_checkpoint_put_bytes")
+    @test thrown(() -> put_bytes!(ck, "a\0b", UInt8[1])) isa ArgumentError
+    fp8 = Float8Array(undef, :e4m3, 4, 4)
+    @test ckpt_invalid(() -> put_tensor!(ck, ctx, "fp8", fp8), "te_checkpoint_put_tensor")
+    @test length(ck) == 7
+
+    # Truncated or corrupted bytes and files are refused.
+    for cut in (0, 5, 6, length(bytes) ÷ 2, length(bytes) - 1)
+        @test ckpt_invalid(() -> deserialize_checkpoint(bytes[1:cut]), "te_checkpoint_deserialize")
+    end
+    @test all(1:7:length(bytes)) do i
+        bad = copy(bytes)
+        bad[i] ⊻= 0x5a
+        thrown(() -> deserialize_checkpoint(bad)) isa LibTEError
+    end
+    bad = copy(bytes)
+    bad[length(bad) ÷ 2] ⊻= 0x01
+    path = tempname()
+    write(path, bad)
+    @test ckpt_invalid(() -> read_checkpoint(path), "te_checkpoint_read")
+    rm(path)
+    @test ckpt_invalid(() -> read_checkpoint(path), "te_checkpoint_read")   # no such file
+
+    # close is idempotent; a closed checkpoint is an ArgumentError, not a crash.
+    close(ck)
+    close(ck)
+    @test !isopen(ck)
+    @test_throws ArgumentError length(ck)
+end
+
+@testset "Checkpoint: a Linear's state and weights restore exactly" begin
+    ctx = Context()
+    r = Recipe(:delayed)
+    lin = Linear(ctx, 16, 16)
+    x, W, b = filled(16, 16; seed = 1), filled(16, 16; seed = 2), zeros(Float32, 16)
+    y = zeros(Float32, 16, 16)
+    autocast(ctx; recipe = r) do
+        forward!(y, lin, x, W, b)
+    end
+    ck = Checkpoint()
+    put_bytes!(ck, "fc.state", save_state(lin))
+    put_tensor!(ck, ctx, "fc.weight", W)
+    path = tempname()
+    write_checkpoint(ck, path)
+    back = read_checkpoint(path)
+    rm(path)
+    lin2 = Linear(ctx, 16, 16)
+    load_state!(lin2, get_bytes(back, "fc.state"))
+    W2 = get_tensor!(zeros(Float32, 16, 16), back, ctx, "fc.weight")
+    @test W2 == W
+    @test save_state(lin2) == save_state(lin)
+    ya, yb = zeros(Float32, 16, 16), zeros(Float32, 16, 16)
+    autocast(ctx; recipe = r) do
+        forward!(ya, lin, x, W, b)
+        forward!(yb, lin2, x, W2, b)
+    end
+    @test ya == yb
+end
