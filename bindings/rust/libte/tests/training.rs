@@ -789,3 +789,33 @@ fn adamw_refuses_an_owner_whose_weight_shape_differs() {
         .unwrap();
     assert_ne!(p, p0);
 }
+
+/// te.h: with clipping on, a non-finite gradient norm skips the whole update (nothing changes)
+/// and the call succeeds; the norm is still reported.
+#[test]
+fn adamw_skips_the_update_on_a_non_finite_norm() {
+    let ctx = Context::cpu().unwrap();
+    let n = 8;
+    let p0 = fill(1, n);
+    let mut g = fill(2, n);
+    g[3] = f32::NAN;
+    let (mut p, mut m, mut v) = (p0.clone(), vec![0.25f32; n], vec![0.25f32; n]);
+    let mut norm = vec![0.0f32];
+    let mut params = vec![AdamWParam::new(
+        view_mut(&mut p, &[n]),
+        view(&g, &[n]),
+        view_mut(&mut m, &[n]),
+        view_mut(&mut v, &[n]),
+    )];
+    ctx.adamw_step(
+        &AdamWOptions::new().max_grad_norm(1.0),
+        1,
+        &mut params,
+        Some(&mut view_mut(&mut norm, &[1])),
+    )
+    .unwrap();
+    drop(params);
+    assert!(!norm[0].is_finite(), "norm {}", norm[0]);
+    assert_eq!(p, p0);
+    assert!(m.iter().chain(&v).all(|&x| x == 0.25));
+}
