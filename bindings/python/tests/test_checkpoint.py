@@ -271,3 +271,16 @@ def test_low_level_checkpoint_calls(tmp_path):
         ll.checkpoint_destroy(ck3)
     finally:
         ll.checkpoint_destroy(ck)
+
+
+def test_dlpack_tensors(ctx, rng):
+    torch = pytest.importorskip("torch")
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    ids = rng.integers(0, 100, size=7, dtype=np.int32)
+    with libte.Checkpoint() as ck:
+        ck.put_tensor("a", torch.from_numpy(a), ctx=ctx)
+        ck.put_tensor("ids", torch.from_numpy(ids))
+        out, out_ids = torch.empty((3, 5)), torch.empty(7, dtype=torch.int32)
+        ck.get_tensor("a", out, ctx=ctx)
+        ck.get_tensor("ids", out_ids)
+    assert out.numpy().tobytes() == a.tobytes() and out_ids.numpy().tobytes() == ids.tobytes()

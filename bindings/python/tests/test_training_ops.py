@@ -491,3 +491,69 @@ def test_adamw_errors_change_nothing(ctx, rng):
     library_error(e, "te_adamw_step")
     with pytest.raises(libte.InvalidArgument, match="exp_avg"):
         libte.AdamW().add_param(memoryview(w), g)  # moments are allocated for NumPy params only
+
+
+# ---- other frameworks' arrays, and the SWIG module's own conventions ---------------------------
+
+def test_dlpack_arrays_and_int32_ids(ctx, rng):
+    """Tensors of another framework through DLPack, int32 ids and targets included (kDLInt 32 ->
+    TE_DTYPE_I32): the same bytes as NumPy's."""
+    torch = pytest.importorskip("torch")
+    table = f32(rng, 9, 4)
+    ids = rng.integers(0, 9, size=(2, 3), dtype=np.int32)
+    y = torch.empty((2, 3, 4))
+    libte.embedding_forward(ctx, torch.from_numpy(table), torch.from_numpy(ids), out=y)
+    assert y.numpy().tobytes() == libte.embedding_forward(ctx, table, ids).tobytes()
+    logits = f32(rng, 6, 9)
+    loss, d = torch.empty(1), torch.empty((6, 9))
+    libte.cross_entropy(ctx, torch.from_numpy(logits), torch.from_numpy(ids.ravel()), loss, d)
+    ref_l, ref_d = libte.cross_entropy(ctx, logits, ids.ravel(), dlogits=True)
+    assert loss.numpy().tobytes() == ref_l.tobytes() and d.numpy().tobytes() == ref_d.tobytes()
+    with pytest.raises(libte.InvalidArgument, match="'ids'.*int32"):
+        libte.embedding_forward(ctx, torch.from_numpy(table), torch.from_numpy(ids).long(), out=y)
+    a = torch.from_numpy(f32(rng, 2, 6))
+    parts = [torch.empty((2, 2)), torch.empty((2, 4))]
+    libte.split_columns(ctx, a, out=parts)
+    assert torch.equal(torch.cat(parts, dim=1), a)
+    with pytest.raises(libte.InvalidArgument, match="'out'"):
+        libte.add(ctx, a, a)  # libte allocates outputs for NumPy inputs only
+
+
+def test_swig_module_conventions(ctx, rng):
+    """The raw SWIG module: te_adamw_step takes a list of te_adamw_param proxies or 9-tuples;
+    te_adamw_param's tensor members take te_tensor proxies only (a converted tuple would
+    dangle); checkpoint names come back as bytes, counts as ints."""
+    try:
+        from libte import _lowlevel_swig  # noqa: F401 (registers the error factory)
+        from libte import _te_swig as te
+    except ImportError:
+        pytest.skip("SWIG extension not built")
+    tup = (0, C.DTYPE_F32, (1,), 0, 0, 0, 0)
+    p = te.te_adamw_param()
+    assert p.struct_size == _lowlevel_ctypes.SIZEOF["te_adamw_param"] and p.weight_decay == 1
+    for name in ("param", "grad", "exp_avg", "exp_avg_sq", "model_weight"):
+        with pytest.raises(TypeError, match="proxy"):
+            setattr(p, name, tup)
+        setattr(p, name, None)
+    o = te.te_adamw_options()
+    assert o.struct_size == _lowlevel_ctypes.SIZEOF["te_adamw_options"]
+    assert (o.lr, o.step) == (pytest.approx(1e-3), 1)
+    c = te.te_context_create(None)
+    w, g, m, v = (np.zeros(4, np.float32) for _ in range(4))
+    g[:] = 1
+    d = lambda x: (x.ctypes.data, C.DTYPE_F32, x.shape, 0, 0, 0, 0)
+    te.te_adamw_step(c, o, [(d(w), d(g), d(m), d(v), None, 1, 0, None, 0)])
+    assert (w < 0).all()  # a step against a positive gradient
+    # A proxy entry reaches the library as it is (its NULL param named there).
+    with pytest.raises(libte.InvalidArgument, match=r"params\[0\]\.param"):
+        te.te_adamw_step(c, o, [p])
+    with pytest.raises(libte.InvalidArgument, match="te_adamw_step"):
+        te.te_adamw_step(c, o, [(d(w), d(w), d(m), d(v), None, 1, 0, None, 0)])  # param twice
+    with pytest.raises(TypeError, match="9-tuple"):
+        te.te_adamw_step(c, o, [(d(w), d(g))])
+    ck = te.te_checkpoint_create()
+    te.te_checkpoint_put_bytes(ck, "n\u00e9", b"v")
+    assert te.te_checkpoint_count(ck) == 1
+    assert te.te_checkpoint_name(ck, 0) == "n\u00e9".encode()
+    te.te_checkpoint_destroy(ck)
+    te.te_context_destroy(c)
