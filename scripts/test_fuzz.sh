@@ -3,16 +3,18 @@
 #   fuzz_api_sequence  programs of public API calls (handles, scopes, linears, state, primitives)
 #   fuzz_state_load    te_linear_state_load on mutated real saves (bit-exact round trip, finite FP8)
 #   fuzz_dlpack        te_tensor_from_dlpack on fuzzed DLPack v1.0 structs
+#   fuzz_checkpoint    te_checkpoint_deserialize on mutated real checkpoints (against a reference
+#                      parser; canonical round trip)
 # 1. needs clang with libFuzzer, ASan and UBSan: installs clang and libclang-rt-dev with apt-get
 #    when missing (as root), else prints `SKIPPED <reason>` and exits 0;
 # 2. configures build/fuzz with clang (CUDA, NCCL, tests, benchmarks, examples off), libte
 #    instrumented with -fsanitize=fuzzer-no-link,address,undefined, the harnesses linked with
 #    -fsanitize=fuzzer, and builds them;
-# 3. writes fresh state-load seeds (real saves of this library) next to the checked-in corpora
+# 3. writes fresh state-load and checkpoint seeds (real saves of this library) next to the checked-in corpora
 #    (tests/fuzz/corpus/<name>/), then runs each fuzzer over them, two at a time, in a fresh
 #    working corpus build/fuzz/work/<name>: fuzz_api_sequence for 1.5 x TE_FUZZ_SECONDS (the
-#    largest input space), fuzz_state_load for TE_FUZZ_SECONDS, fuzz_dlpack for half of it (its
-#    coverage levels off within seconds);
+#    largest input space), fuzz_state_load for TE_FUZZ_SECONDS, fuzz_dlpack and fuzz_checkpoint
+#    for half of it (their coverage levels off within seconds);
 # 4. prints `PASS <name> (<execs> execs, cov <n>)` or `FAIL <name> (...)` per fuzzer, with the
 #    crash input (build/fuzz/artifacts/) and the first lines of its report, and as the LAST line
 #    `N passed, M failed` (plus `, K skipped`); exits non-zero when any fuzzer failed.
@@ -36,7 +38,7 @@ secs="${TE_FUZZ_SECONDS:-80}"
 par="${TE_FUZZ_JOBS:-2}"
 build_jobs="${TE_FUZZ_BUILD_JOBS:-2}"
 build="$root/build/fuzz"
-fuzzers=(fuzz_api_sequence fuzz_state_load fuzz_dlpack)
+fuzzers=(fuzz_api_sequence fuzz_state_load fuzz_dlpack fuzz_checkpoint)
 
 skip() {
   echo "SKIPPED $*"
@@ -99,7 +101,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" \
   -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
   -DCMAKE_EXE_LINKER_FLAGS="$exe_link" -DCMAKE_SHARED_LINKER_FLAGS="$link" >"$probe_dir/configure.log" 2>&1 ||
   { cat "$probe_dir/configure.log"; fail_all "configure failed"; }
-cmake --build "$build" --parallel "$build_jobs" --target "${fuzzers[@]}" fuzz_make_corpus ||
+cmake --build "$build" --parallel "$build_jobs" --target "${fuzzers[@]}" fuzz_make_corpus fuzz_make_checkpoint_corpus ||
   fail_all "build failed"
 echo "test_fuzz: built in $((SECONDS - t0)) s"
 
@@ -115,11 +117,15 @@ if ! "$build/tests/fuzz/fuzz_make_corpus" state "$build/seeds/fuzz_state_load" >
   cat "$build/logs/make_corpus.log"
   fail_all "fuzz_make_corpus could not write the state seeds (build/fuzz/logs/make_corpus.log)"
 fi
+if ! "$build/tests/fuzz/fuzz_make_checkpoint_corpus" "$build/seeds/fuzz_checkpoint" >>"$build/logs/make_corpus.log" 2>&1; then
+  cat "$build/logs/make_corpus.log"
+  fail_all "fuzz_make_checkpoint_corpus could not write the checkpoint seeds (build/fuzz/logs/make_corpus.log)"
+fi
 
 fuzz_seconds() {  # name
   case "$1" in
     fuzz_api_sequence) echo $((secs * 3 / 2)) ;;
-    fuzz_dlpack) echo $(((secs + 1) / 2)) ;;
+    fuzz_dlpack | fuzz_checkpoint) echo $(((secs + 1) / 2)) ;;
     *) echo "$secs" ;;
   esac
 }
