@@ -31,11 +31,12 @@ OTHER_COLOURS = [((0xA6, 0xDB, 0xA0), (0x1B, 0x78, 0x37)), ((0xFD, 0xD0, 0xA2), 
 
 
 class Series(object):
-    """One curve: its legend label, colour (r, g, b), points, and whether to mark each point."""
+    """One curve: its legend label, colour (r, g, b), points, line width, whether to mark each
+    point, and z (curves are drawn in increasing z; the legend keeps the CSV's order)."""
 
-    def __init__(self, label, colour, xs, ys, width=1, markers=False):
+    def __init__(self, label, colour, xs, ys, width=1, markers=False, z=0):
         self.label, self.colour, self.xs, self.ys = label, colour, xs, ys
-        self.width, self.markers = width, markers
+        self.width, self.markers, self.z = width, markers, z
 
 
 class Plot(object):
@@ -74,10 +75,14 @@ def read_plot(src):
         for i, (run_name, run) in enumerate(runs.items()):
             light, dark = RUN_COLOURS.get(run_name, OTHER_COLOURS[i % len(OTHER_COLOURS)])
             tps = " %.0f tok/s" % (sum(run["tps"]) / len(run["tps"])) if run["tps"] else ""
-            series.append(Series("%s train%s" % (run_name, "," + tps if tps else ""), light, run["steps"], run["train"]))
+            # Where the runs coincide (the point of the demo), FP8's thinner line stays visible
+            # on top of the wider baseline; train curves under validation curves.
+            on_top = 1 if run_name == "fp8" else 0
+            series.append(Series("%s train%s" % (run_name, "," + tps if tps else ""), light, run["steps"],
+                                 run["train"], width=2 - on_top, z=on_top))
             if run["val"]:
                 series.append(Series("%s val, final %.4f" % (run_name, run["val"][-1]), dark,
-                                     run["vsteps"], run["val"], width=2, markers=True))
+                                     run["vsteps"], run["val"], width=4 - 2 * on_top, markers=True, z=10 + on_top))
         return Plot("train_gpt: cross-entropy per step, FP8 vs baseline (%s)" % name, series, ylog=False)
     steps = [int(r["step"]) for r in rows]
     series = [Series("FP32", (0x1F, 0x77, 0xB4), steps, [float(r["loss_fp32"]) for r in rows], width=1),
@@ -133,7 +138,13 @@ class Axes(object):
         return [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
 
     def xticks(self):
-        return [self.x0 + (self.x1 - self.x0) * i / 5.0 for i in range(6)]
+        """About 6 ticks at whole multiples of 1, 2, 2.5 or 5 x 10^k steps (at least 1)."""
+        raw = max((self.x1 - self.x0) / 6.0, 1.0)
+        mag = 10 ** math.floor(math.log10(raw))
+        step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+        step = max(1, int(round(step))) if step >= 1 else 1
+        first = int(math.ceil(self.x0 / float(step))) * step
+        return list(range(first, int(self.x1) + 1, step))
 
 
 def tick_label(v):
@@ -157,11 +168,12 @@ def render_svg(plot):
     parts.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>'
                  % (LEFT, TOP, W - LEFT - RIGHT, H - TOP - BOTTOM))
     legend_w = max(90, max(len(s.label) for s in plot.series) * 7 + 30)
-    for i, s in enumerate(plot.series):
-        ly = TOP + 18 * (i + 1)
+    for s in sorted(plot.series, key=lambda s: s.z):
         pts = " ".join("%.1f,%.1f" % (ax.px(x), ax.py(v)) for x, v in zip(s.xs, s.ys))
         parts.append('<polyline fill="none" stroke="%s" stroke-width="%.1f" points="%s"/>'
                      % (_hex(s.colour), 1.3 * s.width, pts))
+    for i, s in enumerate(plot.series):
+        ly = TOP + 18 * (i + 1)
         parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>'
                      % (W - RIGHT - legend_w, W - RIGHT - legend_w + 20, ly - 4, ly - 4, _hex(s.colour)))
         parts.append('<text x="%d" y="%d">%s</text>' % (W - RIGHT - legend_w + 26, ly, s.label.upper()))
@@ -304,13 +316,14 @@ def render_png(plot):
         c.text(x, bottom + 8, "%d" % round(s), black, anchor="center")
     c.text((LEFT + right) // 2, H - 18, "step", black, anchor="center")
     clip = (LEFT + 1, TOP + 1, right - 1, bottom - 1)
-    for s in plot.series:
+    for s in sorted(plot.series, key=lambda s: s.z):
         pts = [(ax.px(x), ax.py(v)) for x, v in zip(s.xs, s.ys)]
         for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
             c.line(xa, ya, xb, yb, s.colour, s.width, clip)
         if len(pts) == 1 or s.markers:
+            r = s.width + 1  # a square marker, wider than its line
             for x, y in pts:
-                c.fill_rect(int(round(x)) - 2, int(round(y)) - 2, 5, 5, s.colour, clip)
+                c.fill_rect(int(round(x)) - r, int(round(y)) - r, 2 * r + 1, 2 * r + 1, s.colour, clip)
     # The frame after the curves, the legend (on white) on top of everything.
     c.hline(LEFT, right, TOP, frame)
     c.hline(LEFT, right, bottom, frame)
