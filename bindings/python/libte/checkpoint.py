@@ -115,6 +115,8 @@ class Checkpoint:
         return ll.checkpoint_count(self._handle())
 
     def __contains__(self, name):
+        if isinstance(name, (bytes, bytearray)):
+            name = _decode(bytes(name))
         return name in self.names()
 
     def __iter__(self):

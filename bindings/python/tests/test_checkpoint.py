@@ -111,6 +111,7 @@ def test_names(rng):
         ck.put_bytes("n" * 255, b"3")  # the longest name
         assert ck.names() == [unicode_name, "raw-bytes-name", "n" * 255]
         assert unicode_name in ck and "raw-bytes-name" in ck and "other" not in ck
+        assert b"raw-bytes-name" in ck and unicode_name.encode() in ck
         assert ck.get_bytes(unicode_name.encode("utf-8")) == b"1"
         with libte.Checkpoint.from_bytes(ck.to_bytes()) as back:
             assert back.names() == ck.names()

@@ -557,3 +557,25 @@ def test_swig_module_conventions(ctx, rng):
     assert te.te_checkpoint_name(ck, 0) == "n\u00e9".encode()
     te.te_checkpoint_destroy(ck)
     te.te_context_destroy(c)
+
+
+class _FakeCudaArray:
+    """Only a __cuda_array_interface__ (nothing is read: a CPU context refuses device memory)."""
+
+    def __init__(self, shape, typestr):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "version": 3,
+                                         "data": (0x1000, False), "strides": None}
+
+
+def test_cuda_array_interface_ids(ctx, rng):
+    table = f32(rng, 5, 3)
+    out = np.zeros((4, 3), np.float32)
+    # int32 device ids pass the binding (typestr <i4 -> TE_DTYPE_I32); the library then refuses
+    # device memory on a CPU context, naming the argument.
+    with pytest.raises(libte.InvalidArgument) as e:
+        libte.embedding_forward(ctx, table, _FakeCudaArray((4,), "<i4"), out=out)
+    assert "ids" in library_error(e, "te_embedding_forward")
+    with pytest.raises(libte.InvalidArgument, match="'ids'.*int32.*token ids"):
+        libte.embedding_forward(ctx, table, _FakeCudaArray((4,), "<f4"), out=out)
+    with pytest.raises(libte.InvalidArgument, match="'targets'.*int32.*target ids"):
+        libte.cross_entropy(ctx, f32(rng, 4, 5), _FakeCudaArray((4,), "<i8"))
