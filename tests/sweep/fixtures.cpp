@@ -579,6 +579,9 @@ const std::map<std::string, std::pair<bool, std::string>> &int_fields() {
       {"te_attention_residuals.fp8", {true, "set by the forward: FP8 copies or the caller's"}},
       {"te_rope_options.rot_dim", {false, "default 0: head_dim; else even, in 2..head_dim"}},
       {"te_rope_options.interleaved", {true, "default 0"}},
+      {"te_cross_entropy_options.ignore_index", {false, "default -100"}},
+      {"te_adamw_param.weight_decay", {true, "1 (default): apply the options' weight decay; 0: not"}},
+      {"te_adamw_param.owner_gemm", {false, "TE_MLP_FC1 / TE_MLP_FC2 for a te_layernorm_mlp"}},
   };
   return m;
 }
@@ -3786,6 +3789,7 @@ const std::vector<Fixture> &fixtures() {
                      },
                      invalid("dy")));
     }
+    add_training_fixtures(t);  // fixtures_training.cpp
     return t;
   }();
   return table;

@@ -76,6 +76,9 @@ struct World {
   te_linear *lin = nullptr;     // [16 -> 16], F32, bias
   te_linear *lin_aux = nullptr; // same shape; backward contexts of the factories come from it
   te_linear_backward_ctx *bwd = nullptr;
+  // Records "weight" (F32 [4, 8]), "ids" (I32 [3]) and "state" (12 bytes); NULL while libte.so
+  // does not export te_checkpoint_create (its state is part of state()).
+  te_checkpoint *ck = nullptr;
   // The world's object of each module handle type whose factory lives in fixtures.cpp
   // (te_grouped_linear, te_layernorm_linear, ... and their backward contexts), made by build().
   std::map<std::string, void *> modules;
@@ -211,6 +214,9 @@ struct Def {
   }
   operator Fixture() const { return f; }  // NOLINT: the table is a list of Def<...>{...}
 };
+
+// The training-step and checkpoint fixtures (fixtures_training.cpp), appended to the table.
+void add_training_fixtures(std::vector<Fixture> &t);
 
 // The fixture table (fixtures.cpp), and the classification of the int fields of the header's
 // options structs ("te_recipe_options.margin" -> (is a 0/1 boolean, why)).

@@ -9,6 +9,15 @@
 
 namespace sweep {
 
+// te_checkpoint (fixtures_training.cpp): known while libte.so exports its functions (they are
+// called through dlsym there, so that the sweep links before the library has them).
+bool checkpoint_handle_type(const std::string &t);
+void *checkpoint_world_object(World &w);
+void *checkpoint_make(World &w);
+void checkpoint_destroy(void *h);
+std::string checkpoint_probe(World &w, void *h);
+std::string checkpoint_state(void *h);
+
 Expect invalid(std::string name) {
   Expect e;
   e.name = std::move(name);
@@ -160,6 +169,7 @@ bool World::build() {
                         "te_layernorm_linear_backward_ctx", "te_layernorm_mlp", "te_layernorm_mlp_backward_ctx",
                         "te_attention", "te_attention_backward_ctx"})
     modules[t] = make(t);
+  ck = static_cast<te_checkpoint *>(checkpoint_world_object(*this));
   // Outputs start as the sentinel again.
   y.fill_byte(0xA5);
   dx.fill_byte(0xA5);
@@ -197,7 +207,7 @@ std::string attention_probe(World &w, const std::string &t, void *h);
 bool World::knows_handle_type(const std::string &t) {
   return t == "te_context" || t == "te_recipe" || t == "te_group" || t == "te_linear" ||
          t == "te_linear_backward_ctx" || grouped_handle_type(t) || layernorm_handle_type(t) ||
-         attention_handle_type(t);
+         attention_handle_type(t) || checkpoint_handle_type(t);
 }
 
 void *World::own(const std::string &t) const {
@@ -206,6 +216,7 @@ void *World::own(const std::string &t) const {
   if (t == "te_group") return group;
   if (t == "te_linear") return lin;
   if (t == "te_linear_backward_ctx") return bwd;
+  if (t == "te_checkpoint") return ck;
   auto m = modules.find(t);
   return m == modules.end() ? nullptr : m->second;
 }
@@ -214,6 +225,7 @@ void *World::make(const std::string &t) {
   if (grouped_handle_type(t)) return grouped_make(*this, t);
   if (layernorm_handle_type(t)) return layernorm_make(*this, t);
   if (attention_handle_type(t)) return attention_make(*this, t);
+  if (t == "te_checkpoint") return checkpoint_make(*this);
   if (t == "te_context") {
     te_context_options o;
     std::memset(&o, 0, sizeof o);
@@ -267,6 +279,7 @@ void World::destroy(const std::string &t, void *h) {
   if (grouped_handle_type(t)) grouped_destroy(t, h);
   else if (layernorm_handle_type(t)) layernorm_destroy(t, h);
   else if (attention_handle_type(t)) attention_destroy(t, h);
+  else if (t == "te_checkpoint") checkpoint_destroy(h);
   else if (t == "te_context") te_context_destroy(static_cast<te_context *>(h));
   else if (t == "te_recipe") te_recipe_release(static_cast<te_recipe *>(h));
   else if (t == "te_group") te_group_destroy(static_cast<te_group *>(h));
@@ -281,6 +294,7 @@ std::string World::probe(const std::string &t, void *h) {
   if (grouped_handle_type(t)) return grouped_probe(*this, t, h);
   if (layernorm_handle_type(t)) return layernorm_probe(*this, t, h);
   if (attention_handle_type(t)) return attention_probe(*this, t, h);
+  if (t == "te_checkpoint") return checkpoint_probe(*this, h);
   if (t == "te_context") {
     te_device d{};
     te_status s = te_context_get_device(static_cast<te_context *>(h), &d);
@@ -342,6 +356,7 @@ std::string World::state() {
   o << "device: " << te_status_string(s) << " " << d.type << ":" << d.index << "\n";
   o << "recipe: key=" << te_recipe_key(recipe) << " " << te_recipe_describe(recipe) << "\n";
   o << "group: size=" << te_group_size(group) << " rank=" << te_group_rank(group) << "\n";
+  if (ck) o << "checkpoint: " << checkpoint_state(ck) << "\n";
   for (auto &f : extra_state) o << f() << "\n";
   return o.str();
 }
