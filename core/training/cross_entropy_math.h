@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TE_CE_HD __host__ __device__ __forceinline__
@@ -60,6 +61,18 @@ TE_CE_HD float div(float a, float b) {
 #endif
 }
 
+// 2^k for -126 <= k <= 127, from its bits.
+TE_CE_HD float pow2(int k) {
+  const uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
 // e^x, about 1 ulp, identical on the host and the device. NaN stays NaN; below about -103.97
 // the result is 0 (e^x < 2^-150 rounds to 0), above 88.72 +inf.
 TE_CE_HD float softmax_exp(float x) {
@@ -77,7 +90,9 @@ TE_CE_HD float softmax_exp(float x) {
   p = add(mul(p, r), 1.6666665459e-1f);
   p = add(mul(p, r), 5.0000001201e-1f);
   p = add(add(mul(p, z), r), 1.0f);
-  return ldexpf(p, static_cast<int>(k));  // exact scaling (one rounding when subnormal)
+  const int ki = static_cast<int>(k);
+  if (ki >= -126) return mul(p, pow2(ki));  // a normal result: multiplying by 2^k is exact
+  return ldexpf(p, ki);                     // subnormal: one rounding, the same on both sides
 }
 
 TE_CE_HD float softmax_log(float s) { return static_cast<float>(log(static_cast<double>(s))); }

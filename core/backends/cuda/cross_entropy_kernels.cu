@@ -31,6 +31,7 @@ constexpr int kCountThreads = 1024;
 constexpr int kRowThreads = ce::kRowLanes;
 constexpr int kLossThreads = ce::kLossLanes;
 constexpr size_t kAlign = 256;
+constexpr int kBatch = 8;  // loads in flight per thread in the row passes
 using ce::MaxSum;
 
 __device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
@@ -58,10 +59,11 @@ __global__ void __launch_bounds__(kCountThreads)
   if (threadIdx.x == 0) *count = part[0];
 }
 
+// kIn: the dtype of logits and dlogits (one dtype: a compile-time switch).
+template <DType kIn>
 __global__ void __launch_bounds__(kRowThreads)
-    row_kernel(const void *logits, DType t_in, int64_t vocab, const int32_t *__restrict__ targets, int32_t ignore_index,
-               const int64_t *__restrict__ count, float grad_scale, float *__restrict__ row_loss, void *dlogits,
-               DType t_out) {
+    row_kernel(const void *logits, int64_t vocab, const int32_t *__restrict__ targets, int32_t ignore_index,
+               const int64_t *__restrict__ count, float grad_scale, float *__restrict__ row_loss, void *dlogits) {
   __shared__ float warp_m[kRowThreads / 32], warp_s[kRowThreads / 32];
   __shared__ float row_m, row_s;
   const int64_t row = blockIdx.x;
@@ -69,18 +71,31 @@ __global__ void __launch_bounds__(kRowThreads)
   const int32_t target = targets[row];
   if (target == ignore_index) {
     if (dlogits)
-      for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) dev_store_from_float(dlogits, t_out, off + j, 0.0f);
+      for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) dev_store_from_float(dlogits, kIn, off + j, 0.0f);
     if (threadIdx.x == 0) row_loss[row] = 0.0f;
     return;
   }
   const bool valid = target >= 0 && target < vocab;
   // Read before any thread of the block writes (the writes come after the barriers below).
-  const float x_target = valid ? dev_load_as_float(logits, t_in, off + target) : 0.0f;
+  const float x_target = valid ? dev_load_as_float(logits, kIn, off + target) : 0.0f;
   MaxSum v;
   bool saw_nan = false;
-  for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) {
-    const float x = dev_load_as_float(logits, t_in, off + j);
-    if (x != x) saw_nan = true;  // the row's loss and gradient become NaN, as on the CPU
+  // Each thread's columns in order, kBatch loads issued before they are used (memory-level
+  // parallelism without changing the order).
+  int64_t j = threadIdx.x;
+  for (; j + (kBatch - 1) * kRowThreads < vocab; j += kBatch * kRowThreads) {
+    float xs[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) xs[b] = dev_load_as_float(logits, kIn, off + j + b * kRowThreads);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (xs[b] != xs[b]) saw_nan = true;  // the row's loss and gradient become NaN, as on the CPU
+      else ce::push(v, xs[b]);
+    }
+  }
+  for (; j < vocab; j += kRowThreads) {
+    const float x = dev_load_as_float(logits, kIn, off + j);
+    if (x != x) saw_nan = true;
     else ce::push(v, x);
   }
   const bool row_nan = __syncthreads_or(saw_nan) != 0;
@@ -102,10 +117,20 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x == 0) row_loss[row] = valid ? ce::row_loss(r, x_target) : NAN;
   if (!dlogits) return;
   const float factor = ce::grad_factor(grad_scale, *count);  // count >= 1: this row counts
-  for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) {
-    const float x = dev_load_as_float(logits, t_in, off + j);
-    const float d = valid ? ce::grad(x, r, j == target, factor) : NAN;
-    dev_store_from_float(dlogits, t_out, off + j, d);
+  j = threadIdx.x;
+  for (; j + (kBatch - 1) * kRowThreads < vocab; j += kBatch * kRowThreads) {
+    float xs[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) xs[b] = dev_load_as_float(logits, kIn, off + j + b * kRowThreads);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t c = j + b * kRowThreads;
+      dev_store_from_float(dlogits, kIn, off + c, valid ? ce::grad(xs[b], r, c == target, factor) : NAN);
+    }
+  }
+  for (; j < vocab; j += kRowThreads) {
+    const float x = dev_load_as_float(logits, kIn, off + j);
+    dev_store_from_float(dlogits, kIn, off + j, valid ? ce::grad(x, r, j == target, factor) : NAN);
   }
 }
 
@@ -145,10 +170,17 @@ void CudaBackend::cross_entropy(const CrossEntropyArgs &a) {
   const int32_t *targets = static_cast<const int32_t *>(a.targets.data);
   count_kernel<<<1, kCountThreads, 0, stream_>>>(targets, n, a.ignore_index, count);
   TE_CUDA_CHECK_LAUNCH();
-  row_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream_>>>(a.logits.data, a.logits.dtype, vocab, targets,
-                                                                   a.ignore_index, count, a.grad_scale, row_loss,
-                                                                   a.dlogits.data, a.dlogits.dtype);
-  TE_CUDA_CHECK_LAUNCH();
+  auto launch_rows = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream_>>>(a.logits.data, vocab, targets, a.ignore_index, count,
+                                                                  a.grad_scale, row_loss, a.dlogits.data);
+    TE_CUDA_CHECK_LAUNCH();
+  };
+  switch (a.logits.dtype) {  // dlogits has the logits' dtype (checked by the core)
+    case DType::F32: launch_rows(row_kernel<DType::F32>); break;
+    case DType::F16: launch_rows(row_kernel<DType::F16>); break;
+    case DType::BF16: launch_rows(row_kernel<DType::BF16>); break;
+    default: fail(Status::InvalidArgument, "cross_entropy: logits must be F32, F16 or BF16, got %s", dtype_name(a.logits.dtype));
+  }
   loss_kernel<<<1, kLossThreads, 0, stream_>>>(row_loss, n, count, a.loss);
   TE_CUDA_CHECK_LAUNCH();
 }
