@@ -97,9 +97,9 @@ pub struct AdamWOptions {
     /// Decoupled weight decay (`p -= lr * weight_decay * p` for the parameters that decay),
     /// >= 0. Default 0.01.
     pub weight_decay: f32,
-    /// > 0: every gradient is scaled by `min(1, max_grad_norm / (norm + 1e-6))`, norm being the
-    /// global L2 norm of all the step's gradients; a non-finite norm skips the whole update.
-    /// Default 0: no clipping.
+    /// When positive, every gradient is scaled by `min(1, max_grad_norm / (norm + 1e-6))`, norm
+    /// being the global L2 norm of all the step's gradients, and a non-finite norm skips the whole
+    /// update. Default 0: no clipping.
     pub max_grad_norm: f32,
 }
 
@@ -283,7 +283,8 @@ impl<'a> AdamWParam<'a> {
         self
     }
 
-    fn to_raw(&mut self) -> sys::te_adamw_param {
+    /// The C struct; its tensor pointers point into `self`, valid while `self` is borrowed.
+    fn c_param(&mut self) -> sys::te_adamw_param {
         let mut raw = sys::te_adamw_param::default();
         // Cannot fail on a non-NULL pointer; every field is set below anyway.
         let _ = unsafe { sys::te_adamw_param_init(&mut raw) };
@@ -544,7 +545,7 @@ impl Context {
             }
         };
         let raw_opts = opts.to_raw(F, step, norm_ptr)?;
-        let raw: Vec<sys::te_adamw_param> = params.iter_mut().map(|p| p.to_raw()).collect();
+        let raw: Vec<sys::te_adamw_param> = params.iter_mut().map(|p| p.c_param()).collect();
         check(
             self.reducing(|ctx| unsafe {
                 sys::te_adamw_step(ctx, &raw_opts, raw.as_ptr(), raw.len())
