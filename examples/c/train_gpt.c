@@ -42,6 +42,7 @@ typedef struct options {
   const char *device;  /* "cpu" | "cuda" | "auto" */
   gpt_config cfg;      /* act_dtype and fp8 set per run */
   int steps, eval_every, eval_batches, warmup, save_every;
+  int stop_after; /* 0: train to `steps`; else stop (and save) after this step */
   float lr, min_lr_ratio;
   uint64_t seed;
   size_t max_bytes;
@@ -49,7 +50,7 @@ typedef struct options {
   int no_plot;
   /* which fields the command line set (they override the preset) */
   int set_seq, set_d, set_layers, set_heads, set_dff, set_batch, set_steps, set_lr, set_eval,
-      set_eval_batches, set_warmup, set_max_bytes, set_save_every;
+      set_eval_batches, set_warmup, set_max_bytes, set_save_every, set_stop_after;
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -84,6 +85,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --save PATH          write each run's training state to PATH.fp8 / PATH.baseline at\n"
           "                       its end\n"
           "  --save-every N       ...and every N steps (after that step's evaluation, if any)\n"
+          "  --stop-after N       stop each run after step N of the --steps schedule (saving it\n"
+          "                       with --save): a job cut in pieces, continued with --resume\n"
           "  --resume PATH        continue each run from PATH.fp8 / PATH.baseline\n"
           "  -h, --help           this text\n"
           "\n"
@@ -159,7 +162,7 @@ static int parse_args(options *o, int argc, char **argv, int *help) {
     static const char *const value_flags[] = {
         "--preset", "--device", "--seq-len", "--d-model", "--layers", "--heads", "--d-ff",
         "--batch", "--steps", "--warmup", "--eval-every", "--eval-batches", "--save-every",
-        "--max-bytes", "--lr", "--seed", "--csv", "--plot", "--data", "--only", "--save",
+        "--stop-after", "--max-bytes", "--lr", "--seed", "--csv", "--plot", "--data", "--only", "--save",
         "--resume"};
     int known = 0;
     for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; ++k)
@@ -200,6 +203,7 @@ static int parse_args(options *o, int argc, char **argv, int *help) {
     INT_FLAG("--eval-every", 1, 1 << 30, o->eval_every, set_eval)
     INT_FLAG("--eval-batches", 1, 1 << 20, o->eval_batches, set_eval_batches)
     INT_FLAG("--save-every", 0, 1 << 30, o->save_every, set_save_every)
+    INT_FLAG("--stop-after", 1, 1 << 30, o->stop_after, set_stop_after)
     else if (strcmp(a, "--max-bytes") == 0) {
       char *end = NULL;
       unsigned long long mb = strtoull(val, &end, 10);
@@ -265,6 +269,7 @@ static void resolve(options *o, const options *cl, te_device_type dev) {
   if (cl->set_eval_batches) o->eval_batches = cl->eval_batches;
   if (cl->set_max_bytes) o->max_bytes = cl->max_bytes;
   o->save_every = cl->save_every;
+  o->stop_after = cl->stop_after;
   o->cfg.seed = o->seed;
   o->cfg.lr = o->lr;
 }
@@ -354,8 +359,9 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
   double t_run = now_s(), train_time = 0.0, window_loss = 0.0, window_time = 0.0;
   int window_n = 0;
   int64_t tokens_done = 0;
-  double val = NAN;
-  for (int64_t step = start + 1; rc == 0 && step <= o->steps; ++step) {
+  double val = NAN, last_val = NAN;
+  const int64_t last = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after : o->steps;
+  for (int64_t step = start + 1; rc == 0 && step <= last; ++step) {
     gpt_sample_batch(&sampler, text, 0, cfg.batch, cfg.seq_len, tokens, targets);
     const double t0 = now_s();
     float loss;
@@ -383,10 +389,11 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
     }
     /* Saved after the evaluation (an FP8 evaluation updates the scaling states too), so the
      * resumed run goes on exactly from here. */
-    if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps)) {
+    if (eval_now) last_val = val;
+    if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == last)) {
       char *path = ckpt_path(o->save, run);
       if (path == NULL || gpt_save(m, path, &sampler, sizeof sampler)) rc = 2;
-      else if (step == o->steps) printf("[%s] training state saved to %s\n", run, path);
+      else if (step == last) printf("[%s] training state saved to %s\n", run, path);
       free(path);
       if (rc) break;
     }
@@ -408,10 +415,14 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
       window_n = 0;
     }
   }
-  if (rc == 0 && start >= o->steps) { /* nothing left to train: just evaluate */
-    if (evaluate(m, vs, per, &val)) rc = 2;
-    else printf("[%s] already at step %lld: val %.3f\n", run, (long long)start, val);
+  if (rc == 0 && start >= last) { /* nothing left to train: just evaluate */
+    if (evaluate(m, vs, per, &last_val)) rc = 2;
+    else printf("[%s] already at step %lld: val %.3f\n", run, (long long)start, last_val);
+  } else if (rc == 0 && last < o->steps) {
+    printf("[%s] stopped after step %lld of %d (--stop-after)\n", run, (long long)last,
+           o->steps);
   }
+  val = last_val;
   if (rc == 0) {
     *final_val = val;
     *tok_s_mean = train_time > 0 ? (double)tokens_done / train_time : 0.0;
@@ -551,6 +562,10 @@ int main(int argc, char **argv) {
   if (rc != 0) return rc == 1 ? 1 : 2;
   if (!csv_ok) return 2;
 
+  if (o.stop_after > 0 && o.stop_after < o.steps) {
+    printf("stopped after step %d of %d: continue with --resume\n", o.stop_after, o.steps);
+    return 0;
+  }
   if (o.only) {
     printf("final val loss: %s %.4f\n", o.only, strcmp(o.only, "fp8") == 0 ? val_fp8 : val_base);
     return 0;

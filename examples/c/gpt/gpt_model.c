@@ -101,6 +101,8 @@ struct gpt {
   void *dq, *dk, *dv; /* [N, d] */
   void *dqkv;      /* [N, 3d] */
 
+  te_adamw_param *adamw; /* [n_params], filled once: te_adamw_step's list */
+
   te_linear_backward_ctx *head_bwd;
   int have_backward;   /* the last forward saved backward contexts */
   int weight_cache_ok; /* the FP8 weight caches hold the current weights (set by gpt_step) */
@@ -504,6 +506,8 @@ static int write_freqs(gpt *m) {
   return 0;
 }
 
+static int build_adamw_list(gpt *m);
+
 int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
   if (out == NULL || ctx == NULL || cfg == NULL) {
     fprintf(stderr, "gpt_create: NULL argument\n");
@@ -549,6 +553,7 @@ int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
   if (rc == 0) rc = alloc_buffers(m);
   if (rc == 0) rc = write_freqs(m);
   if (rc == 0) rc = init_params(m);
+  if (rc == 0) rc = build_adamw_list(m);
   if (rc != 0) {
     gpt_destroy(m);
     return 1;
@@ -604,6 +609,7 @@ void gpt_destroy(gpt *m) {
   }
   te_linear_destroy(m->head);
   te_recipe_release(m->recipe);
+  free(m->adamw);
   free(m->params);
   free(m->blocks);
   free(m);
@@ -919,20 +925,17 @@ int gpt_eval_loss(gpt *m, const int32_t *tokens, const int32_t *targets, float *
 
 /* ---- optimizer ------------------------------------------------------------------------------- */
 
-int gpt_step(gpt *m, float lr, int64_t step) {
-  if (m == NULL || step < 1) {
-    fprintf(stderr, "gpt_step: %s\n", m == NULL ? "NULL model" : "step must be >= 1");
-    return 1;
-  }
+/* te_adamw_step's parameter list, built once at create. */
+static int build_adamw_list(gpt *m) {
   te_adamw_param *ps = calloc(m->n_params, sizeof *ps);
   if (ps == NULL) {
-    fprintf(stderr, "gpt_step: out of host memory\n");
+    fprintf(stderr, "gpt_create: out of host memory\n");
     return 1;
   }
-  te_status s = TE_SUCCESS;
-  for (size_t i = 0; i < m->n_params && s == TE_SUCCESS; ++i) {
+  m->adamw = ps;
+  for (size_t i = 0; i < m->n_params; ++i) {
     gpt_param_t *p = &m->params[i];
-    s = te_adamw_param_init(&ps[i]);
+    TRY(te_adamw_param_init(&ps[i]));
     ps[i].param = &p->master;
     ps[i].grad = &p->grad;
     ps[i].exp_avg = &p->exp_avg;
@@ -943,8 +946,16 @@ int gpt_step(gpt *m, float lr, int64_t step) {
     ps[i].owner = p->owner;
     ps[i].owner_gemm = p->owner_gemm;
   }
+  return 0;
+}
+
+int gpt_step(gpt *m, float lr, int64_t step) {
+  if (m == NULL || step < 1) {
+    fprintf(stderr, "gpt_step: %s\n", m == NULL ? "NULL model" : "step must be >= 1");
+    return 1;
+  }
   te_adamw_options o;
-  if (s == TE_SUCCESS) s = te_adamw_options_init(&o);
+  te_status s = te_adamw_options_init(&o);
   if (s == TE_SUCCESS) {
     o.lr = lr;
     o.beta1 = m->cfg.beta1;
@@ -952,9 +963,8 @@ int gpt_step(gpt *m, float lr, int64_t step) {
     o.weight_decay = m->cfg.weight_decay;
     o.step = step;
     o.max_grad_norm = m->cfg.max_grad_norm;
-    s = te_adamw_step(m->ctx, &o, ps, m->n_params);
+    s = te_adamw_step(m->ctx, &o, m->adamw, m->n_params);
   }
-  free(ps);
   if (s != TE_SUCCESS) {
     fprintf(stderr, "gpt_step: te_adamw_step failed: %s: %s\n", te_status_string(s),
             te_last_error());
