@@ -74,7 +74,7 @@ and shape. FP8 tensors are refused: store their high-precision source.
 function put_tensor!(ck::Checkpoint, ctx::Context, name::AbstractString, A)
     n = _record_name(name)
     v = TensorView(A)
-    r = Ref(v.t)
+    r = te_tensor[v.t]
     _with(ctx) do
         GC.@preserve v r check(te_checkpoint_put_tensor(ck, ctx, n, r))
     end
@@ -105,7 +105,7 @@ No such record, a byte record, another dtype or shape: a `LibTEError` naming it,
 function get_tensor!(A, ck::Checkpoint, ctx::Context, name::AbstractString)
     n = _record_name(name)
     v = TensorView(A)
-    r = Ref(v.t)
+    r = te_tensor[v.t]
     _with(ctx) do
         GC.@preserve v r check(te_checkpoint_get_tensor(ck, ctx, n, r))
     end

@@ -13,8 +13,9 @@ export add!, add, split_columns!, split_columns, concat_columns!, concat_columns
        embedding_forward, embedding_backward!, cross_entropy!, cross_entropy, AdamW, AdamWParam,
        add_param!, step!
 
-# An output that is one of the inputs (in place) is passed as one te_tensor struct for both, as
-# te.h allows.
+# te_tensor structs for C live in 1-element Vectors, not Refs (as in highlevel.jl: Julia 1.5 may
+# reuse a non-escaping Ref's stack slot). An output that is one of the inputs (in place) is
+# passed as one struct for both, as te.h allows.
 _same(a, b) = a === b
 
 # ---------------------------------------------------------------------------------------------
@@ -30,9 +31,9 @@ shape. `y` may be `a` or `b` (in place).
 """
 function add!(y, ctx::Context, a, b)
     yv, av, bv = TensorView(y), TensorView(a), TensorView(b)
-    ry = Ref(yv.t)
-    ra = _same(y, a) ? ry : Ref(av.t)
-    rb = _same(y, b) ? ry : Ref(bv.t)
+    ry = te_tensor[yv.t]
+    ra = _same(y, a) ? ry : te_tensor[av.t]
+    rb = _same(y, b) ? ry : te_tensor[bv.t]
     _with(ctx) do
         GC.@preserve yv av bv ry ra rb begin
             check(te_add(ctx, ra, rb, ry))
@@ -63,7 +64,7 @@ function split_columns!(outputs::AbstractVector, ctx::Context, x)
     xv = TensorView(x)
     ovs = [TensorView(o) for o in outputs]
     ts = _tensor_list(ovs)
-    rx = Ref(xv.t)
+    rx = te_tensor[xv.t]
     _with(ctx) do
         GC.@preserve xv ovs ts rx begin
             ptrs = _tensor_ptrs(ts)
@@ -94,7 +95,7 @@ function concat_columns!(y, ctx::Context, parts::AbstractVector)
     yv = TensorView(y)
     pvs = [TensorView(p) for p in parts]
     ts = _tensor_list(pvs)
-    ry = Ref(yv.t)
+    ry = te_tensor[yv.t]
     _with(ctx) do
         GC.@preserve yv pvs ts ry begin
             ptrs = _tensor_ptrs(ts)
@@ -126,7 +127,7 @@ id outside `[0, vocab)`: a `LibTEError` naming the position, nothing written (CP
 """
 function embedding_forward!(y, ctx::Context, table, ids)
     yv, tv, iv = TensorView(y), TensorView(table), TensorView(ids)
-    ry, rt, ri = Ref(yv.t), Ref(tv.t), Ref(iv.t)
+    ry, rt, ri = te_tensor[yv.t], te_tensor[tv.t], te_tensor[iv.t]
     _with(ctx) do
         GC.@preserve yv tv iv ry rt ri check(te_embedding_forward(ctx, rt, ri, ry))
     end
@@ -147,7 +148,7 @@ tokens in increasing t, in fp32.
 """
 function embedding_backward!(dtable, ctx::Context, ids, dy; accumulate::Bool = false)
     dv, iv, yv = TensorView(dtable), TensorView(ids), TensorView(dy)
-    rd, ri, ry = Ref(dv.t), Ref(iv.t), Ref(yv.t)
+    rd, ri, ry = te_tensor[dv.t], te_tensor[iv.t], te_tensor[yv.t]
     _with(ctx) do
         GC.@preserve dv iv yv rd ri ry check(te_embedding_backward(ctx, ri, ry, rd, _bool(accumulate)))
     end
@@ -177,8 +178,8 @@ function cross_entropy!(loss, ctx::Context, logits, targets; dlogits = nothing,
                 ignore_index = Int32(ignore_index), grad_scale = Float32(grad_scale))
     lv, tv, sv = TensorView(logits), TensorView(targets), TensorView(loss)
     dv = dlogits === nothing ? nothing : TensorView(dlogits)
-    rl, rt, rs = Ref(lv.t), Ref(tv.t), Ref(sv.t)
-    rd = dlogits === nothing ? Ptr{te_tensor}(C_NULL) : _same(dlogits, logits) ? rl : Ref(dv.t)
+    rl, rt, rs = te_tensor[lv.t], te_tensor[tv.t], te_tensor[sv.t]
+    rd = dlogits === nothing ? Ptr{te_tensor}(C_NULL) : _same(dlogits, logits) ? rl : te_tensor[dv.t]
     _with(ctx) do
         GC.@preserve lv tv sv dv rl rt rs rd check(te_cross_entropy(ctx, Ref(opts), rl, rt, rs, rd))
     end
