@@ -24,7 +24,10 @@ namespace {
 class TempFile {
  public:
   TempFile(const std::string &path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A leftover of a crashed writer that had this pid is removed; O_EXCL | O_NOFOLLOW then make
+    // sure the file written is a new one, not something (a symlink) put in its place.
+    ::unlink(path.c_str());
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ < 0) os_error("creating the temporary file", path, errno);
   }
   ~TempFile() {

@@ -566,4 +566,44 @@ TEST_F(Checkpoint, LinearStateRoundTripsThroughAFile) {
   EXPECT_EQ(w2.bytes, w.bytes);
 }
 
+// On a CUDA context (skipped without a usable GPU): put copies device memory to the host and get
+// copies back, bit-exact, and the bytes equal a CPU context's checkpoint of the same data; a
+// tensor on another device is refused.
+TEST_F(Checkpoint, CudaContextRoundTripMatchesTheCpuOne) {
+  te_context_options o;
+  ASSERT_TE_OK(te_context_options_init(&o));
+  o.use_default_device = 0;
+  o.device.type = TE_DEVICE_CUDA;
+  o.device.index = 0;
+  te_context *raw_ctx = nullptr;
+  if (te_context_create(&raw_ctx, &o) != TE_SUCCESS) GTEST_SKIP() << "no CUDA context: " << te_test::last_error();
+  te_test::ContextPtr gpu(raw_ctx);
+  HostTensor host = te_test::random_tensor(TE_DTYPE_BF16, {8, 24}, -3.0f, 3.0f, 77);
+  void *dev = nullptr, *dev_out = nullptr;
+  ASSERT_TE_OK(te_context_malloc(gpu.get(), host.bytes.size(), &dev));
+  ASSERT_TE_OK(te_context_malloc(gpu.get(), host.bytes.size(), &dev_out));
+  ASSERT_TE_OK(te_context_copy(gpu.get(), dev, host.bytes.data(), host.bytes.size(), TE_COPY_HOST_TO_DEVICE));
+  const std::vector<unsigned char> junk(host.bytes.size(), 0x3C);
+  ASSERT_TE_OK(te_context_copy(gpu.get(), dev_out, junk.data(), junk.size(), TE_COPY_HOST_TO_DEVICE));
+  te_tensor td = host.t, tout = host.t;
+  td.data = dev;
+  td.device.type = TE_DEVICE_CUDA;
+  tout.data = dev_out;
+  tout.device.type = TE_DEVICE_CUDA;
+
+  CheckpointPtr on_gpu = make_checkpoint(), on_cpu = make_checkpoint();
+  ASSERT_TE_OK(te_checkpoint_put_tensor(on_gpu.get(), gpu.get(), "w", &td));
+  ASSERT_TE_OK(te_checkpoint_put_tensor(on_cpu.get(), ctx_, "w", host.get()));
+  EXPECT_EQ(serialize(on_gpu.get()), serialize(on_cpu.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_put_tensor", "t", te_checkpoint_put_tensor(on_gpu.get(), gpu.get(), "h", host.get()));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_get_tensor", "t", te_checkpoint_get_tensor(on_cpu.get(), ctx_, "w", &tout));
+
+  ASSERT_TE_OK(te_checkpoint_get_tensor(on_cpu.get(), gpu.get(), "w", &tout));
+  std::vector<unsigned char> back(host.bytes.size());
+  ASSERT_TE_OK(te_context_copy(gpu.get(), back.data(), dev_out, back.size(), TE_COPY_DEVICE_TO_HOST));
+  EXPECT_EQ(back, host.bytes);
+  EXPECT_TE_OK(te_context_free(gpu.get(), dev));
+  EXPECT_TE_OK(te_context_free(gpu.get(), dev_out));
+}
+
 }  // namespace
