@@ -40,6 +40,7 @@ static const double FP8_TOLERANCE = 0.02;
 typedef struct options {
   const char *preset;  /* "cpu" | "gpu" | NULL (the device's) */
   const char *device;  /* "cpu" | "cuda" | "auto" */
+  const char *dtype;   /* "f32" | "bf16" | NULL (the device's: F32 on the CPU, BF16 on the GPU) */
   gpt_config cfg;      /* act_dtype and fp8 set per run */
   int steps, eval_every, eval_batches, warmup, save_every;
   int stop_after; /* 0: train to `steps`; else stop (and save) after this step */
@@ -67,6 +68,8 @@ static void usage(FILE *f, const char *argv0) {
           "                       runs within 2 minutes on 2 idle cores); gpu: d_model 2048,\n"
           "                       8 layers, 16 heads, seq 1024, batch 8, 300 steps\n"
           "  --device cpu|cuda|auto  where to run (default auto: CUDA when usable)\n"
+          "  --dtype f32|bf16     activation dtype of both runs (default: f32 on the CPU, bf16\n"
+          "                       on the GPU); the master weights are fp32 either way\n"
           "  --seq-len N  --d-model N  --layers N  --heads N  --d-ff N  --batch N\n"
           "                       override the preset's shape (d_ff default 4 d_model)\n"
           "  --steps N            training steps per run\n"
@@ -160,7 +163,7 @@ static int parse_args(options *o, int argc, char **argv, int *help) {
       return 1;
     }
     static const char *const value_flags[] = {
-        "--preset", "--device", "--seq-len", "--d-model", "--layers", "--heads", "--d-ff",
+        "--preset", "--device", "--dtype", "--seq-len", "--d-model", "--layers", "--heads", "--d-ff",
         "--batch", "--steps", "--warmup", "--eval-every", "--eval-batches", "--save-every",
         "--stop-after", "--max-bytes", "--lr", "--seed", "--csv", "--plot", "--data", "--only", "--save",
         "--resume"};
@@ -188,6 +191,9 @@ static int parse_args(options *o, int argc, char **argv, int *help) {
     if (strcmp(a, "--preset") == 0) {
       bad = strcmp(val, "cpu") != 0 && strcmp(val, "gpu") != 0;
       o->preset = val;
+    } else if (strcmp(a, "--dtype") == 0) {
+      bad = strcmp(val, "f32") != 0 && strcmp(val, "bf16") != 0;
+      o->dtype = val;
     } else if (strcmp(a, "--device") == 0) {
       bad = strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0 && strcmp(val, "auto") != 0;
       o->device = val;
@@ -498,7 +504,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   resolve(&o, &cl, dev.type);
-  const te_dtype hp = dev.type == TE_DEVICE_CUDA ? TE_DTYPE_BF16 : TE_DTYPE_F32;
+  const te_dtype hp = o.dtype ? (strcmp(o.dtype, "bf16") == 0 ? TE_DTYPE_BF16 : TE_DTYPE_F32)
+                   : dev.type == TE_DEVICE_CUDA ? TE_DTYPE_BF16
+                                                : TE_DTYPE_F32;
   const char *hp_name = hp == TE_DTYPE_BF16 ? "bf16" : "fp32";
 
   gpt_text text;

@@ -1,5 +1,6 @@
 /*
- * gpt.resume: checkpoint and resume of the whole training state, FP8 and FP32 (CPU).
+ * gpt.resume: checkpoint and resume of the whole training state, FP8 and high precision, with
+ * F32 and with BF16 activations (CPU).
  *   1. Model A trains N steps (with an evaluation between steps, as train_gpt does: an FP8
  *      evaluation moves the scaling states too), saves (gpt_save, the data sampler as the
  *      caller's bytes), trains M more steps.
@@ -28,6 +29,8 @@ static void check(int cond, const char *what) {
   if (!cond) ++failures;
 }
 
+static te_dtype act_dtype = TE_DTYPE_F32;
+
 static gpt_config tiny(int fp8, uint64_t seed) {
   gpt_config c;
   gpt_config_default(&c);
@@ -37,7 +40,7 @@ static gpt_config tiny(int fp8, uint64_t seed) {
   c.n_heads = 2;
   c.d_ff = 128;
   c.batch = 2;
-  c.act_dtype = TE_DTYPE_F32;
+  c.act_dtype = act_dtype;
   c.fp8 = fp8;
   c.seed = seed;
   return c;
@@ -98,7 +101,7 @@ static unsigned char *read_file(const char *path, size_t *n) {
 }
 
 static int run(te_context *ctx, const gpt_text *text, int fp8, const char *dir) {
-  const char *tag = fp8 ? "fp8" : "fp32";
+  const char *tag = act_dtype == TE_DTYPE_BF16 ? (fp8 ? "fp8_bf16" : "bf16") : (fp8 ? "fp8" : "fp32");
   char path[512], bad[512], other[512], prec[512];
   snprintf(path, sizeof path, "%s/resume_%s.ckpt", dir, tag);
   snprintf(bad, sizeof bad, "%s/resume_%s_bad.ckpt", dir, tag);
@@ -205,6 +208,9 @@ int main(void) {
   }
 
   int err = run(ctx, &text, 1, dir) || run(ctx, &text, 0, dir);
+  /* BF16 activations: AdamW writes the model copies; a load rewrites them from the masters. */
+  act_dtype = TE_DTYPE_BF16;
+  err = err || run(ctx, &text, 1, dir) || run(ctx, &text, 0, dir);
   rmdir(dir);
   te_context_destroy(ctx);
   if (err) {
