@@ -144,6 +144,30 @@ TE_API te_status te_checkpoint_get_bytes(const te_checkpoint *ck, const char *na
   });
 }
 
+TE_API te_status te_checkpoint_record_info(const te_checkpoint *ck, const char *name, int32_t *is_tensor,
+                                           te_tensor *shape, size_t *size) {
+  return guarded(__func__, [&] {
+    const Checkpoint *c = to_checkpoint(ck);
+    check_not_null(is_tensor, "is_tensor");
+    check_not_null(size, "size");
+    check_record_name(name, "name");
+    const CheckpointRecord *r = c->find(name);
+    if (!r) fail(Status::InvalidArgument, "argument 'name': the checkpoint has no record '%s'", name);
+    const bool tensor = r->kind == RecordKind::Tensor;
+    if (tensor && shape) {
+      te_tensor t;
+      std::memset(&t, 0, sizeof t);
+      t.dtype = static_cast<te_dtype>(r->dtype);
+      t.ndim = r->ndim;
+      for (int i = 0; i < r->ndim; ++i) t.shape[i] = r->shape[i];
+      t.device.type = TE_DEVICE_CPU;
+      *shape = t;
+    }
+    *is_tensor = tensor ? 1 : 0;
+    *size = r->payload.size();
+  });
+}
+
 TE_API te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count) {
   return guarded(__func__, [&] {
     const Checkpoint *c = to_checkpoint(ck);

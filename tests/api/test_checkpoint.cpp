@@ -175,6 +175,48 @@ TEST_F(Checkpoint, TensorsRoundTripBitExactForEveryStorableDtype) {
   EXPECT_EQ(out.bytes, before);
 }
 
+TEST_F(Checkpoint, RecordInfoTellsKindDtypeShapeAndSize) {
+  CheckpointPtr ck = small();
+  int32_t is_tensor = -1;
+  size_t size = 0;
+  te_tensor shape;
+  std::memset(&shape, 0x5A, sizeof shape);
+  ASSERT_TE_OK(te_checkpoint_record_info(ck.get(), "w", &is_tensor, &shape, &size));
+  EXPECT_EQ(is_tensor, 1);
+  EXPECT_EQ(size, 6u * 4u);
+  EXPECT_EQ(shape.dtype, TE_DTYPE_F32);
+  ASSERT_EQ(shape.ndim, 2);
+  EXPECT_EQ(shape.shape[0], 3);
+  EXPECT_EQ(shape.shape[1], 2);
+  EXPECT_EQ(shape.data, nullptr);
+  EXPECT_EQ(shape.scale_inv, nullptr);
+  EXPECT_EQ(shape.device.type, TE_DEVICE_CPU);
+  ASSERT_TE_OK(te_checkpoint_record_info(ck.get(), "m", &is_tensor, nullptr, &size));
+  EXPECT_EQ(is_tensor, 1);
+  EXPECT_EQ(size, 4u * 2u);
+  te_tensor untouched;
+  std::memset(&untouched, 0x5A, sizeof untouched);
+  ASSERT_TE_OK(te_checkpoint_record_info(ck.get(), "step", &is_tensor, &untouched, &size));
+  EXPECT_EQ(is_tensor, 0);
+  EXPECT_EQ(size, 3u);
+  EXPECT_EQ(untouched.ndim, 0x5A5A5A5A);
+  // Errors leave the outputs alone.
+  is_tensor = 7;
+  size = 99;
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_record_info", "name",
+                 te_checkpoint_record_info(ck.get(), "absent", &is_tensor, &shape, &size));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_record_info", "name",
+                 te_checkpoint_record_info(ck.get(), nullptr, &is_tensor, &shape, &size));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_record_info", "is_tensor",
+                 te_checkpoint_record_info(ck.get(), "w", nullptr, &shape, &size));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_record_info", "size",
+                 te_checkpoint_record_info(ck.get(), "w", &is_tensor, &shape, nullptr));
+  EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_record_info", "ck",
+                 te_checkpoint_record_info(nullptr, "w", &is_tensor, &shape, &size));
+  EXPECT_EQ(is_tensor, 7);
+  EXPECT_EQ(size, 99u);
+}
+
 TEST_F(Checkpoint, SerializedBytesAreExactlyTheDocumentedFormat) {
   CheckpointPtr ck = make_checkpoint();
   HostTensor a = te_test::random_tensor(TE_DTYPE_F32, {3, 2}, -2.0f, 2.0f, 1);

@@ -1540,6 +1540,15 @@ TE_API te_status te_checkpoint_get_tensor(const te_checkpoint *ck, te_context *c
 TE_API te_status te_checkpoint_get_bytes(const te_checkpoint *ck, const char *name, void *buf,
                                          size_t capacity, size_t *size);
 
+/* What record `name` holds, so a reader can allocate before get_tensor:
+ * *is_tensor = 1 for a tensor record (then *shape receives its dtype, ndim and
+ * shape, with data and scale_inv NULL and a CPU device), 0 for a byte record
+ * (*shape untouched); *size = the payload's length in bytes. shape may be
+ * NULL. Errors: INVALID_ARGUMENT (NULL ck/name/is_tensor/size, no such
+ * record); the outputs are then untouched. */
+TE_API te_status te_checkpoint_record_info(const te_checkpoint *ck, const char *name,
+                                           int32_t *is_tensor, te_tensor *shape, size_t *size);
+
 TE_API te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count);
 /* The name of record `index` (0..count-1), valid until the checkpoint changes
  * or is destroyed. */

@@ -6309,6 +6309,15 @@ extern "C" {
     ) -> te_status;
 }
 extern "C" {
+    pub fn te_checkpoint_record_info(
+        ck: *const te_checkpoint,
+        name: *const ::std::os::raw::c_char,
+        is_tensor: *mut i32,
+        shape: *mut te_tensor,
+        size: *mut usize,
+    ) -> te_status;
+}
+extern "C" {
     pub fn te_checkpoint_count(ck: *const te_checkpoint, count: *mut usize) -> te_status;
 }
 extern "C" {

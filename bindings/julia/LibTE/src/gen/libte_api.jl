@@ -2116,6 +2116,17 @@ function te_checkpoint_get_bytes(ck, name, buf, capacity, size)
     ccall((:te_checkpoint_get_bytes, libte), te_status, (Ptr{te_checkpoint}, Cstring, Ptr{Cvoid}, Csize_t, Ptr{Csize_t}), ck, name, buf, capacity, size)
 end
 
+# What record `name` holds, so a reader can allocate before get_tensor:
+# *is_tensor = 1 for a tensor record (then *shape receives its dtype, ndim and
+# shape, with data and scale_inv NULL and a CPU device), 0 for a byte record
+# (*shape untouched); *size = the payload's length in bytes. shape may be
+# NULL. Errors: INVALID_ARGUMENT (NULL ck/name/is_tensor/size, no such
+# record); the outputs are then untouched.
+# C: te_status te_checkpoint_record_info(const te_checkpoint *ck, const char *name, int32_t *is_tensor, te_tensor *shape, size_t *size)
+function te_checkpoint_record_info(ck, name, is_tensor, shape, size)
+    ccall((:te_checkpoint_record_info, libte), te_status, (Ptr{te_checkpoint}, Cstring, Ptr{Int32}, Ptr{te_tensor}, Ptr{Csize_t}), ck, name, is_tensor, shape, size)
+end
+
 # C: te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count)
 function te_checkpoint_count(ck, count)
     ccall((:te_checkpoint_count, libte), te_status, (Ptr{te_checkpoint}, Ptr{Csize_t}), ck, count)
@@ -2308,6 +2319,7 @@ const TE_API_FUNCTIONS = (
     :te_checkpoint_put_bytes,
     :te_checkpoint_get_tensor,
     :te_checkpoint_get_bytes,
+    :te_checkpoint_record_info,
     :te_checkpoint_count,
     :te_checkpoint_name,
     :te_checkpoint_write,
