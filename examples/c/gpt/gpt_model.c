@@ -63,11 +63,15 @@ typedef struct gpt_block {
   void *q, *k, *v; /* [N, d] each, viewed as [B, T, H, Dh]; q and k rotated in place */
   void *att;     /* [N, d] attention output (proj's input) */
   void *x_mid;   /* [N, d] after the attention residual (the MLP's input) */
-  /* backward contexts of the last training forward */
-  te_layernorm_linear_backward_ctx *qkv_bwd;
-  te_attention_backward_ctx *attn_bwd;
-  te_linear_backward_ctx *proj_bwd;
-  te_layernorm_mlp_backward_ctx *mlp_bwd;
+  /* views of the buffers above and the modules' forward arguments (built once) */
+  te_tensor t_x, t_qkv, t_q2, t_k2, t_v2, t_q, t_k, t_v, t_o, t_att, t_mid, t_next;
+  te_layernorm_linear_forward_args la;
+  te_attention_forward_args aa;
+  te_linear_forward_args pa;
+  te_layernorm_mlp_forward_args ma;
+  /* each module's residual memory (caller-owned: te_*_forward_compute_into) and its size */
+  void *r_qkv, *r_attn, *r_proj, *r_mlp;
+  size_t n_qkv, n_attn, n_proj, n_mlp;
 } gpt_block;
 
 struct gpt {
@@ -103,7 +107,10 @@ struct gpt {
 
   te_adamw_param *adamw; /* [n_params], filled once: te_adamw_step's list */
 
-  te_linear_backward_ctx *head_bwd;
+  te_tensor t_tmp, t_h, t_logits;
+  te_linear_forward_args ha;
+  void *r_head; /* NULL: the head runs in high precision and keeps no residuals */
+  size_t n_head;
   int have_backward;   /* the last forward saved backward contexts */
   int weight_cache_ok; /* the FP8 weight caches hold the current weights (set by gpt_step) */
   int64_t steps_done;
@@ -507,6 +514,8 @@ static int write_freqs(gpt *m) {
 }
 
 static int build_adamw_list(gpt *m);
+static int build_views(gpt *m);
+static int alloc_residuals(gpt *m);
 
 int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
   if (out == NULL || ctx == NULL || cfg == NULL) {
@@ -551,6 +560,8 @@ int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
     rc = alloc_params(m);
   }
   if (rc == 0) rc = alloc_buffers(m);
+  if (rc == 0) rc = build_views(m);
+  if (rc == 0) rc = alloc_residuals(m);
   if (rc == 0) rc = write_freqs(m);
   if (rc == 0) rc = init_params(m);
   if (rc == 0) rc = build_adamw_list(m);
@@ -562,36 +573,19 @@ int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
   return 0;
 }
 
-static void drop_backward(gpt *m) {
-  for (int l = 0; m->blocks != NULL && l < m->cfg.n_layers; ++l) {
-    gpt_block *b = &m->blocks[l];
-    te_layernorm_linear_backward_ctx_destroy(b->qkv_bwd);
-    te_attention_backward_ctx_destroy(b->attn_bwd);
-    te_linear_backward_ctx_destroy(b->proj_bwd);
-    te_layernorm_mlp_backward_ctx_destroy(b->mlp_bwd);
-    b->qkv_bwd = NULL;
-    b->attn_bwd = NULL;
-    b->proj_bwd = NULL;
-    b->mlp_bwd = NULL;
-  }
-  te_linear_backward_ctx_destroy(m->head_bwd);
-  m->head_bwd = NULL;
-  m->have_backward = 0;
-}
-
 void gpt_destroy(gpt *m) {
   if (m == NULL) return;
-  drop_backward(m);
   /* Device memory: freed one by one (the context would free it with itself, but the caller
    * may keep the context for another model). */
   void **blocks[] = {&m->freqs, &m->tokens, &m->targets, &m->x_final, &m->h, &m->mu,
                      &m->rsigma, &m->logits, &m->loss, &m->tmp, &m->dres, &m->dmid,
-                     &m->dtmp, &m->dq, &m->dk, &m->dv, &m->dqkv};
+                     &m->dtmp, &m->dq, &m->dk, &m->dv, &m->dqkv, &m->r_head};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; ++i)
     if (*blocks[i] != NULL) te_context_free(m->ctx, *blocks[i]);
   for (int l = 0; m->blocks != NULL && l < m->cfg.n_layers; ++l) {
     gpt_block *b = &m->blocks[l];
-    void *bufs[] = {b->x_in, b->qkv_out, b->q, b->k, b->v, b->att, b->x_mid};
+    void *bufs[] = {b->x_in, b->qkv_out, b->q, b->k, b->v, b->att, b->x_mid,
+                    b->r_qkv, b->r_attn, b->r_proj, b->r_mlp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
       if (bufs[i] != NULL) te_context_free(m->ctx, bufs[i]);
     te_layernorm_linear_destroy(b->qkv);
@@ -619,15 +613,109 @@ void gpt_destroy(gpt *m) {
 
 #define W(idx) (&m->params[(idx)].model)
 
-/* The whole forward up to the logits. train = 1 saves every module's backward context (and
- * keeps the activations they reference); train = 0 runs forward_compute and releases the
- * residuals at once (evaluation). The FP8 scope (enabled = cfg.fp8) covers the blocks; the final
- * norm and the head run in a nested scope with enabled = 0. */
-static int forward_logits(gpt *m, int train) {
+/* The tensor views and forward arguments of every module, built once at create (the buffers
+ * and the parameter array never move), so that a step only flips weight_unchanged. The same
+ * arguments are given again to the backward_from calls. */
+static int build_views(gpt *m) {
   const gpt_config *c = &m->cfg;
   const int64_t d = c->d_model;
-  const int unchanged = c->fp8 && m->weight_cache_ok;
+  for (int l = 0; l < c->n_layers; ++l) {
+    gpt_block *b = &m->blocks[l];
+    b->t_x = act(m, b->x_in, d);
+    b->t_qkv = act(m, b->qkv_out, 3 * d);
+    b->t_q2 = act(m, b->q, d);
+    b->t_k2 = act(m, b->k, d);
+    b->t_v2 = act(m, b->v, d);
+    b->t_q = bshd(m, b->q);
+    b->t_k = bshd(m, b->k);
+    b->t_v = bshd(m, b->v);
+    b->t_o = bshd(m, b->att);
+    b->t_att = act(m, b->att, d);
+    b->t_mid = act(m, b->x_mid, d);
+    b->t_next = act(m, l + 1 < c->n_layers ? m->blocks[l + 1].x_in : m->x_final, d);
 
+    TRY(te_layernorm_linear_forward_args_init(&b->la));
+    b->la.input = &b->t_x;
+    b->la.ln_weight = W(b->ln1_g);
+    b->la.ln_bias = W(b->ln1_b);
+    b->la.weight = W(b->w_qkv);
+    b->la.bias = W(b->b_qkv);
+
+    TRY(te_attention_forward_args_init(&b->aa));
+    b->aa.q = &b->t_q;
+    b->aa.k = &b->t_k;
+    b->aa.v = &b->t_v;
+
+    TRY(te_linear_forward_args_init(&b->pa));
+    b->pa.input = &b->t_att;
+    b->pa.weight = W(b->w_proj);
+    b->pa.bias = W(b->b_proj);
+
+    TRY(te_layernorm_mlp_forward_args_init(&b->ma));
+    b->ma.input = &b->t_mid;
+    b->ma.ln_weight = W(b->ln2_g);
+    b->ma.ln_bias = W(b->ln2_b);
+    b->ma.fc1_weight = W(b->fc1_w);
+    b->ma.fc1_bias = W(b->fc1_b);
+    b->ma.fc2_weight = W(b->fc2_w);
+    b->ma.fc2_bias = W(b->fc2_b);
+  }
+  m->t_tmp = act(m, m->tmp, d);
+  m->t_h = act(m, m->h, d);
+  m->t_logits = act(m, m->logits, c->vocab);
+  TRY(te_linear_forward_args_init(&m->ha));
+  m->ha.input = &m->t_h;
+  m->ha.weight = W(m->w_head);
+  return 0;
+}
+
+/* Residual memory of every module, in the caller's memory (te_*_residuals_size /
+ * _forward_compute_into / _backward_from): allocated once here, so a step allocates nothing.
+ * The sizes depend on whether the forward runs in FP8, so they are asked for under the very
+ * scopes the forward opens (a scope in which nothing runs updates nothing). */
+static int alloc_residuals(gpt *m) {
+  te_autocast_options fp8_scope, hp_scope;
+  TRY(te_autocast_options_init(&fp8_scope));
+  fp8_scope.enabled = m->cfg.fp8;
+  fp8_scope.recipe = m->recipe;
+  TRY(te_autocast_options_init(&hp_scope));
+  hp_scope.enabled = 0;
+  te_autocast_token outer, inner;
+  TRY(te_autocast_begin(m->ctx, &fp8_scope, &outer));
+  te_status s = TE_SUCCESS;
+  for (int l = 0; l < m->cfg.n_layers && s == TE_SUCCESS; ++l) {
+    gpt_block *b = &m->blocks[l];
+    s = te_layernorm_linear_residuals_size(m->ctx, b->qkv, &b->la, &b->n_qkv);
+    if (s == TE_SUCCESS) s = te_attention_residuals_size(m->ctx, b->attn, &b->aa, &b->n_attn);
+    if (s == TE_SUCCESS) s = te_linear_residuals_size(m->ctx, b->proj, &b->pa, &b->n_proj);
+    if (s == TE_SUCCESS) s = te_layernorm_mlp_residuals_size(m->ctx, b->mlp, &b->ma, &b->n_mlp);
+  }
+  if (s == TE_SUCCESS) s = te_autocast_begin(m->ctx, &hp_scope, &inner);
+  if (s == TE_SUCCESS) {
+    s = te_linear_residuals_size(m->ctx, m->head, &m->ha, &m->n_head);
+    te_autocast_end(m->ctx, inner);
+  }
+  te_autocast_end(m->ctx, outer);
+  TRY(s);
+  for (int l = 0; l < m->cfg.n_layers; ++l) {
+    gpt_block *b = &m->blocks[l];
+    if (b->n_qkv) TRY_OK(dev_alloc(m, b->n_qkv, &b->r_qkv));
+    if (b->n_attn) TRY_OK(dev_alloc(m, b->n_attn, &b->r_attn));
+    if (b->n_proj) TRY_OK(dev_alloc(m, b->n_proj, &b->r_proj));
+    if (b->n_mlp) TRY_OK(dev_alloc(m, b->n_mlp, &b->r_mlp));
+  }
+  if (m->n_head) TRY_OK(dev_alloc(m, m->n_head, &m->r_head));
+  return 0;
+}
+
+/* The whole forward up to the logits, every module writing its residuals into the model's
+ * residual memory (what a following backward reads; an evaluation just overwrites them). The
+ * FP8 scope (enabled = cfg.fp8) covers the blocks; the final norm and the head run in a
+ * nested scope with enabled = 0. */
+static int forward_logits(gpt *m) {
+  const gpt_config *c = &m->cfg;
+  /* 1 only on the first forward after gpt_step: AdamW has just refreshed the FP8 caches. */
+  const int unchanged = c->fp8 && m->weight_cache_ok;
   te_tensor tokens = vec(m, m->tokens, TE_DTYPE_I32, m->n_tokens);
   te_tensor freqs = mat(m, m->freqs, TE_DTYPE_F32, c->seq_len, m->head_dim / 2);
 
@@ -638,9 +726,10 @@ static int forward_logits(gpt *m, int train) {
   TRY(te_autocast_options_init(&hp_scope));
   hp_scope.enabled = 0;
   te_autocast_token outer, inner;
+  m->have_backward = 0;
   TRY(te_autocast_begin(m->ctx, &fp8_scope, &outer));
 
-  /* From here on a failure must close the scope: collect the status instead of returning. */
+  /* From here on a failure must still close the scope: collect the status, do not return. */
   int rc = 0;
 #define STEP(call)                                                                                 \
   do {                                                                                             \
@@ -654,92 +743,25 @@ static int forward_logits(gpt *m, int train) {
     }                                                                                              \
   } while (0)
 
-  te_tensor x0 = act(m, m->blocks[0].x_in, d);
-  STEP(te_embedding_forward(m->ctx, W(m->wte), &tokens, &x0));
-
+  STEP(te_embedding_forward(m->ctx, W(m->wte), &tokens, &m->blocks[0].t_x));
   for (int l = 0; l < c->n_layers && rc == 0; ++l) {
     gpt_block *b = &m->blocks[l];
-    te_tensor x = act(m, b->x_in, d), qkv = act(m, b->qkv_out, 3 * d);
-    te_tensor q2 = act(m, b->q, d), k2 = act(m, b->k, d), v2 = act(m, b->v, d);
-    te_tensor q = bshd(m, b->q), k = bshd(m, b->k), v = bshd(m, b->v), o = bshd(m, b->att);
-    te_tensor att = act(m, b->att, d), tmp = act(m, m->tmp, d), mid = act(m, b->x_mid, d);
-    te_tensor next = act(m, l + 1 < c->n_layers ? m->blocks[l + 1].x_in : m->x_final, d);
-
-    te_layernorm_linear_forward_args la;
-    STEP(te_layernorm_linear_forward_args_init(&la));
-    la.input = &x;
-    la.ln_weight = W(b->ln1_g);
-    la.ln_bias = W(b->ln1_b);
-    la.weight = W(b->w_qkv);
-    la.bias = W(b->b_qkv);
-    la.weight_unchanged = unchanged;
-    if (train) {
-      STEP(te_layernorm_linear_forward(m->ctx, b->qkv, &la, &qkv, &b->qkv_bwd));
-    } else {
-      te_layernorm_linear_residuals r;
-      memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      STEP(te_layernorm_linear_forward_compute(m->ctx, b->qkv, &la, &qkv, &r));
-      te_layernorm_linear_residuals_release(&r);
-    }
-
-    te_tensor *parts[3] = {&q2, &k2, &v2};
-    STEP(te_split_columns(m->ctx, &qkv, parts, 3));
-    STEP(te_rope_forward(m->ctx, NULL, &q, &freqs, NULL, &q));
-    STEP(te_rope_forward(m->ctx, NULL, &k, &freqs, NULL, &k));
-
-    te_attention_forward_args aa;
-    STEP(te_attention_forward_args_init(&aa));
-    aa.q = &q;
-    aa.k = &k;
-    aa.v = &v;
-    if (train) {
-      STEP(te_attention_forward(m->ctx, b->attn, &aa, &o, &b->attn_bwd));
-    } else {
-      te_attention_residuals r;
-      memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      STEP(te_attention_forward_compute(m->ctx, b->attn, &aa, &o, &r));
-      te_attention_residuals_release(&r);
-    }
-
-    te_linear_forward_args pa;
-    STEP(te_linear_forward_args_init(&pa));
-    pa.input = &att;
-    pa.weight = W(b->w_proj);
-    pa.bias = W(b->b_proj);
-    pa.weight_unchanged = unchanged;
-    if (train) {
-      STEP(te_linear_forward(m->ctx, b->proj, &pa, &tmp, &b->proj_bwd));
-    } else {
-      te_linear_residuals r;
-      memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      STEP(te_linear_forward_compute(m->ctx, b->proj, &pa, &tmp, &r));
-      te_linear_residuals_release(&r);
-    }
-    STEP(te_add(m->ctx, &x, &tmp, &mid));
-
-    te_layernorm_mlp_forward_args ma;
-    STEP(te_layernorm_mlp_forward_args_init(&ma));
-    ma.input = &mid;
-    ma.ln_weight = W(b->ln2_g);
-    ma.ln_bias = W(b->ln2_b);
-    ma.fc1_weight = W(b->fc1_w);
-    ma.fc1_bias = W(b->fc1_b);
-    ma.fc2_weight = W(b->fc2_w);
-    ma.fc2_bias = W(b->fc2_b);
-    ma.weight_unchanged = unchanged;
-    if (train) {
-      STEP(te_layernorm_mlp_forward(m->ctx, b->mlp, &ma, &tmp, &b->mlp_bwd));
-    } else {
-      te_layernorm_mlp_residuals r;
-      memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      STEP(te_layernorm_mlp_forward_compute(m->ctx, b->mlp, &ma, &tmp, &r));
-      te_layernorm_mlp_residuals_release(&r);
-    }
-    STEP(te_add(m->ctx, &mid, &tmp, &next));
+    b->la.weight_unchanged = unchanged;
+    b->pa.weight_unchanged = unchanged;
+    b->ma.weight_unchanged = unchanged;
+    STEP(te_layernorm_linear_forward_compute_into(m->ctx, b->qkv, &b->la, &b->t_qkv, b->r_qkv,
+                                                  b->n_qkv));
+    te_tensor *parts[3] = {&b->t_q2, &b->t_k2, &b->t_v2};
+    STEP(te_split_columns(m->ctx, &b->t_qkv, parts, 3));
+    STEP(te_rope_forward(m->ctx, NULL, &b->t_q, &freqs, NULL, &b->t_q)); /* in place */
+    STEP(te_rope_forward(m->ctx, NULL, &b->t_k, &freqs, NULL, &b->t_k));
+    STEP(te_attention_forward_compute_into(m->ctx, b->attn, &b->aa, &b->t_o, b->r_attn,
+                                           b->n_attn));
+    STEP(te_linear_forward_compute_into(m->ctx, b->proj, &b->pa, &m->t_tmp, b->r_proj, b->n_proj));
+    STEP(te_add(m->ctx, &b->t_x, &m->t_tmp, &b->t_mid));
+    STEP(te_layernorm_mlp_forward_compute_into(m->ctx, b->mlp, &b->ma, &m->t_tmp, b->r_mlp,
+                                               b->n_mlp));
+    STEP(te_add(m->ctx, &b->t_mid, &m->t_tmp, &b->t_next));
   }
 
   /* The final norm and the LM head in high precision: a nested scope with enabled = 0. */
@@ -748,33 +770,20 @@ static int forward_logits(gpt *m, int train) {
     STEP(te_autocast_begin(m->ctx, &hp_scope, &inner));
     inner_open = rc == 0;
   }
-  te_tensor xf = act(m, m->x_final, d), h = act(m, m->h, d);
+  te_tensor xf = act(m, m->x_final, c->d_model);
   te_tensor mu = vec(m, m->mu, TE_DTYPE_F32, m->n_tokens);
   te_tensor rs = vec(m, m->rsigma, TE_DTYPE_F32, m->n_tokens);
-  te_tensor logits = act(m, m->logits, c->vocab);
   te_norm_forward_args na;
   STEP(te_norm_forward_args_init(&na));
   na.input = &xf;
   na.weight = W(m->lnf_g);
   na.bias = W(m->lnf_b);
-  na.output = &h;
+  na.output = &m->t_h;
   na.mu = &mu;
   na.rsigma = &rs;
   STEP(te_norm_forward(m->ctx, NULL, &na));
-  te_linear_forward_args ha;
-  STEP(te_linear_forward_args_init(&ha));
-  ha.input = &h;
-  ha.weight = W(m->w_head);
-  ha.weight_unchanged = 0; /* never FP8: nothing cached */
-  if (train) {
-    STEP(te_linear_forward(m->ctx, m->head, &ha, &logits, &m->head_bwd));
-  } else {
-    te_linear_residuals r;
-    memset(&r, 0, sizeof r);
-    r.struct_size = sizeof r;
-    STEP(te_linear_forward_compute(m->ctx, m->head, &ha, &logits, &r));
-    te_linear_residuals_release(&r);
-  }
+  STEP(te_linear_forward_compute_into(m->ctx, m->head, &m->ha, &m->t_logits, m->r_head,
+                                      m->n_head));
   if (inner_open) STEP(te_autocast_end(m->ctx, inner));
   /* Closing the outer scope updates the forward scales (one fused update per bucket). */
   te_status end = te_autocast_end(m->ctx, outer);
@@ -783,10 +792,10 @@ static int forward_logits(gpt *m, int train) {
             te_last_error());
     rc = 1;
   }
-  /* Any forward consumes the "cache holds the current weights" guarantee: its scope end may
-   * have moved the weight scales, and a resumed run (which re-quantizes) must see the same. */
+#undef STEP
+  /* Any forward ends the "caches hold the current weights" guarantee: its scope end may have
+   * moved the weight scales, and a resumed run (which re-quantizes) must see the same. */
   m->weight_cache_ok = 0;
-  if (train) m->have_backward = rc == 0;
   return rc;
 }
 
@@ -809,24 +818,24 @@ static int backward(gpt *m) {
   const int64_t d = c->d_model;
   te_linear_backward_args once;
   TRY(te_linear_backward_args_init(&once));
-  once.flags = TE_BACKWARD_ONCE;
+  once.flags = TE_BACKWARD_ONCE; /* drops each module's record of the forward */
 
-  te_tensor dlogits = act(m, m->logits, c->vocab);
   te_tensor dh = act(m, m->dtmp, d), dres = act(m, m->dres, d), dmid = act(m, m->dmid, d);
   te_tensor dtmp = act(m, m->dtmp, d);
   te_tensor xf = act(m, m->x_final, d);
   te_tensor mu = vec(m, m->mu, TE_DTYPE_F32, m->n_tokens);
   te_tensor rs = vec(m, m->rsigma, TE_DTYPE_F32, m->n_tokens);
 
-  /* head: dW, and dh the gradient of the final norm's output */
-  TRY(te_linear_backward(m->ctx, m->head_bwd, &dlogits, &dh, &m->params[m->w_head].grad, NULL,
-                         &once));
-  te_linear_backward_ctx_destroy(m->head_bwd);
-  m->head_bwd = NULL;
+  /* head (dlogits are in the logits' buffer): dW, and dh the gradient of the final norm's output */
+  TRY(te_linear_backward_from(m->ctx, m->head, &m->ha, m->r_head, m->n_head, &m->t_logits, &dh,
+                              &m->params[m->w_head].grad, NULL, &once));
   TRY(te_norm_backward(m->ctx, NULL, &dh, &xf, W(m->lnf_g), &mu, &rs, &dres,
                        &m->params[m->lnf_g].grad, &m->params[m->lnf_b].grad));
 
   te_tensor freqs = mat(m, m->freqs, TE_DTYPE_F32, c->seq_len, m->head_dim / 2);
+  te_tensor dob = bshd(m, m->dtmp), dq = bshd(m, m->dq), dk = bshd(m, m->dk), dv = bshd(m, m->dv);
+  te_tensor dq2 = act(m, m->dq, d), dk2 = act(m, m->dk, d), dv2 = act(m, m->dv, d);
+  te_tensor dqkv = act(m, m->dqkv, 3 * d);
   for (int l = c->n_layers - 1; l >= 0; --l) {
     gpt_block *b = &m->blocks[l];
     /* MLP: x_next = x_mid + mlp(x_mid) */
@@ -839,31 +848,22 @@ static int backward(gpt *m) {
     mg.dfc1_bias = &m->params[b->fc1_b].grad;
     mg.dfc2_weight = &m->params[b->fc2_w].grad;
     mg.dfc2_bias = &m->params[b->fc2_b].grad;
-    TRY(te_layernorm_mlp_backward(m->ctx, b->mlp_bwd, &dres, &mg, &once));
-    te_layernorm_mlp_backward_ctx_destroy(b->mlp_bwd);
-    b->mlp_bwd = NULL;
+    TRY(te_layernorm_mlp_backward_from(m->ctx, b->mlp, &b->ma, b->r_mlp, b->n_mlp, &dres, &mg,
+                                       &once));
     TRY(te_add(m->ctx, &dres, &dtmp, &dmid));
 
-    /* attention: x_mid = x + proj(attn(rope(q), rope(k), v)) */
-    te_tensor datt = act(m, m->dtmp, d);
-    TRY(te_linear_backward(m->ctx, b->proj_bwd, &dmid, &datt, &m->params[b->w_proj].grad,
-                           &m->params[b->b_proj].grad, &once));
-    te_linear_backward_ctx_destroy(b->proj_bwd);
-    b->proj_bwd = NULL;
-    te_tensor dob = bshd(m, m->dtmp), dq = bshd(m, m->dq), dk = bshd(m, m->dk),
-              dv = bshd(m, m->dv);
+    /* attention: x_mid = x + proj(attn(rope(q), rope(k), v)); proj's dx lands in dtmp */
+    TRY(te_linear_backward_from(m->ctx, b->proj, &b->pa, b->r_proj, b->n_proj, &dmid, &dtmp,
+                                &m->params[b->w_proj].grad, &m->params[b->b_proj].grad, &once));
     te_attention_grads ag;
     TRY(te_attention_grads_init(&ag));
     ag.dq = &dq;
     ag.dk = &dk;
     ag.dv = &dv;
-    TRY(te_attention_backward(m->ctx, b->attn_bwd, &dob, &ag, &once));
-    te_attention_backward_ctx_destroy(b->attn_bwd);
-    b->attn_bwd = NULL;
-    TRY(te_rope_backward(m->ctx, NULL, &dq, &freqs, NULL, &dq));
+    TRY(te_attention_backward_from(m->ctx, b->attn, &b->aa, &b->t_o, b->r_attn, b->n_attn, &dob,
+                                   &ag, &once));
+    TRY(te_rope_backward(m->ctx, NULL, &dq, &freqs, NULL, &dq)); /* the inverse rotation */
     TRY(te_rope_backward(m->ctx, NULL, &dk, &freqs, NULL, &dk));
-    te_tensor dq2 = act(m, m->dq, d), dk2 = act(m, m->dk, d), dv2 = act(m, m->dv, d);
-    te_tensor dqkv = act(m, m->dqkv, 3 * d);
     const te_tensor *parts[3] = {&dq2, &dk2, &dv2};
     TRY(te_concat_columns(m->ctx, parts, 3, &dqkv));
 
@@ -875,23 +875,21 @@ static int backward(gpt *m) {
     lg.dw = &m->params[b->w_qkv].grad;
     lg.db = &m->params[b->b_qkv].grad;
     /* Block 0's QKV is the pass's first FP8 module: its backward updates the gradient scales. */
-    TRY(te_layernorm_linear_backward(m->ctx, b->qkv_bwd, &dqkv, &lg, &once));
-    te_layernorm_linear_backward_ctx_destroy(b->qkv_bwd);
-    b->qkv_bwd = NULL;
+    TRY(te_layernorm_linear_backward_from(m->ctx, b->qkv, &b->la, b->r_qkv, b->n_qkv, &dqkv, &lg,
+                                          &once));
     TRY(te_add(m->ctx, &dmid, &dtmp, &dres));
   }
 
   te_tensor tokens = vec(m, m->tokens, TE_DTYPE_I32, m->n_tokens);
   TRY(te_embedding_backward(m->ctx, &tokens, &dres, &m->params[m->wte].grad, 0));
-  m->have_backward = 0;
   return 0;
 }
 
 static int loss_and_grad(gpt *m, int with_grad) {
-  te_tensor logits = act(m, m->logits, m->cfg.vocab);
   te_tensor targets = vec(m, m->targets, TE_DTYPE_I32, m->n_tokens);
   te_tensor loss = vec(m, m->loss, TE_DTYPE_F32, 1);
-  TRY(te_cross_entropy(m->ctx, NULL, &logits, &targets, &loss, with_grad ? &logits : NULL));
+  TRY(te_cross_entropy(m->ctx, NULL, &m->t_logits, &targets, &loss,
+                       with_grad ? &m->t_logits : NULL)); /* dlogits in place */
   return 0;
 }
 
@@ -900,13 +898,13 @@ int gpt_forward_backward(gpt *m, const int32_t *tokens, const int32_t *targets, 
     fprintf(stderr, "gpt_forward_backward: NULL argument\n");
     return 1;
   }
-  drop_backward(m);
   int rc = upload_batch(m, tokens, targets);
-  if (rc == 0) rc = forward_logits(m, 1);
+  if (rc == 0) rc = forward_logits(m);
+  m->have_backward = rc == 0;
   if (rc == 0) rc = loss_and_grad(m, 1);
   if (rc == 0) rc = backward(m);
+  m->have_backward = 0;
   if (rc == 0) rc = read_loss(m, loss);
-  if (rc != 0) drop_backward(m);
   return rc;
 }
 
@@ -915,9 +913,8 @@ int gpt_eval_loss(gpt *m, const int32_t *tokens, const int32_t *targets, float *
     fprintf(stderr, "gpt_eval_loss: NULL argument\n");
     return 1;
   }
-  drop_backward(m);
   int rc = upload_batch(m, tokens, targets);
-  if (rc == 0) rc = forward_logits(m, 0);
+  if (rc == 0) rc = forward_logits(m);
   if (rc == 0) rc = loss_and_grad(m, 0);
   if (rc == 0) rc = read_loss(m, loss);
   return rc;
@@ -1230,7 +1227,6 @@ int gpt_load(gpt *m, const char *path, void *extra, size_t extra_size) {
     return 1;
   }
   const size_t n_mods = list_modules(m, mods);
-  drop_backward(m);
   int rc = verify(m, ck, path, extra_size, mods, n_mods);
 
   /* Apply. The shape matched, so every tensor has this model's dtype and shape. */
