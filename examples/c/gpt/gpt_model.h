@@ -44,8 +44,15 @@
  * weights in FP8 and baseline runs, on every backend.
  *
  * Memory: every activation, gradient and parameter buffer is allocated once by gpt_create
- * (te_context_malloc); a step allocates nothing of its own. The only host synchronisation in
- * a training step is reading the loss back (te_context_copy).
+ * (te_context_malloc), and so is every module's residual memory: the modules run through the
+ * caller-memory calls (te_*_residuals_size at create, te_*_forward_compute_into,
+ * te_*_backward_from), so a step allocates nothing, in the library either. The only host
+ * synchronisation in a training step is reading the loss back (te_context_copy).
+ *
+ * FP8 weight caches: a forward passes weight_unchanged = 1 only when it is the first forward
+ * after gpt_step (whose te_adamw_step re-quantized every module weight); any forward's scope end
+ * may move the weight scales, so the next one re-quantizes. A resumed run (which re-quantizes on
+ * its first forward) therefore sees exactly what the uninterrupted run saw.
  *
  * Checkpoints (gpt_save / gpt_load, te_checkpoint_*): the config, the master weights, both
  * moments, the step count, every module's FP8 state (te_*_state_save) and the caller's extra
@@ -111,7 +118,8 @@ int gpt_step(gpt *m, float lr, int64_t step);
 int64_t gpt_steps_done(const gpt *m);
 
 /* Saves the whole training state and extra_size caller bytes (e.g. a data sampler) to path,
- * atomically. Call it between steps (after gpt_step, before the next forward). */
+ * atomically. Call it between steps (after gpt_step or an evaluation; gradients are not
+ * saved, so not between gpt_forward_backward and gpt_step). */
 int gpt_save(const gpt *m, const char *path, const void *extra, size_t extra_size);
 /* Loads what gpt_save wrote into a model created with the same shape (vocab, seq_len,
  * d_model, n_layers, n_heads, d_ff, act_dtype, fp8; batch and optimizer settings may differ).
