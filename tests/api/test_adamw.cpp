@@ -93,10 +93,6 @@ struct Param {
 
 std::vector<float> values(const HostTensor &h) { return h.values_f32(); }
 
-void set_values(HostTensor &h, const std::vector<float> &v) {
-  for (size_t i = 0; i < v.size(); ++i) h.set(static_cast<int64_t>(i), v[i]);
-}
-
 struct ParamList {
   std::vector<Param> params;
   std::vector<te_adamw_param> entries;
@@ -321,6 +317,22 @@ TEST_F(AdamwTest, LongerStructStride) {
   ASSERT_TE_OK(te_adamw_step(ctx_, &o, &big[0].p, 2));
   ASSERT_TE_OK(te_adamw_step(ctx_, &o, R.bind(), 2));
   for (int i = 0; i < 2; ++i) EXPECT_EQ(L.params[i].p.bytes, R.params[i].p.bytes);
+}
+
+TEST_F(AdamwTest, AGradientReadByTwoParamsIsAllowed) {
+  // Only what the step writes must be distinct: two params may share one gradient tensor.
+  ParamList L, R;
+  for (ParamList *l : {&L, &R}) {
+    l->add(300, TE_DTYPE_F32, TE_DTYPE_F32, false, true, 1);
+    l->add(300, TE_DTYPE_F32, TE_DTYPE_F32, false, true, 2);
+  }
+  R.params[1].g = R.params[0].g;
+  te_adamw_param *e = L.bind();
+  e[1].grad = e[0].grad;
+  te_adamw_options o = options(Hyper{});
+  ASSERT_TE_OK(te_adamw_step(ctx_, &o, e, 2));
+  ASSERT_TE_OK(te_adamw_step(ctx_, &o, R.bind(), 2));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(L.params[i].p.bytes, R.params[i].p.bytes) << i;
 }
 
 // ---- bad input ------------------------------------------------------------------------------
