@@ -35,7 +35,8 @@
  *    handle proxy, an address or None - and passes its length as count. Checkpoint record names
  *    are str (UTF-8) or bytes, te_checkpoint_name returns bytes, paths are str, bytes or
  *    os.PathLike, te_checkpoint_count returns the count; byte records go in and come out
- *    through buffers as state_save/state_load's do.
+ *    through buffers as state_save/state_load's do. te_checkpoint_record_info(ck, name) returns
+ *    (is_tensor, shape, size): shape a tensor tuple (data 0; zeroed for a byte record).
  */
 %module(package="libte") _te_swig
 
@@ -70,6 +71,7 @@
 #pragma weak te_checkpoint_read
 #pragma weak te_checkpoint_serialize
 #pragma weak te_checkpoint_deserialize
+#pragma weak te_checkpoint_record_info
 
 static const struct {
   const char *name;
@@ -96,7 +98,8 @@ static const struct {
     {"te_checkpoint_write", (void (*)(void))te_checkpoint_write},
     {"te_checkpoint_read", (void (*)(void))te_checkpoint_read},
     {"te_checkpoint_serialize", (void (*)(void))te_checkpoint_serialize},
-    {"te_checkpoint_deserialize", (void (*)(void))te_checkpoint_deserialize}
+    {"te_checkpoint_deserialize", (void (*)(void))te_checkpoint_deserialize},
+    {"te_checkpoint_record_info", (void (*)(void))te_checkpoint_record_info}
 };
 
 static PyObject *te_swig_error_factory = NULL;
@@ -342,6 +345,13 @@ TE_HANDLE_OUT(te_checkpoint)
   }
   $result = SWIG_Python_AppendOutput($result, o_);
 }
+/* te_checkpoint_record_info's outputs: is_tensor as an int, then the record's shape as a tensor
+ * tuple (zeroed: dtype 0, shape () for a byte record, which the library leaves untouched), then
+ * size (the size_t *size typemap above). */
+%typemap(in, numinputs=0) int32_t *is_tensor (int32_t temp = 0) { $1 = &temp; }
+%typemap(argout) int32_t *is_tensor { $result = SWIG_Python_AppendOutput($result, PyLong_FromLong(temp$argnum)); }
+%typemap(in, numinputs=0) te_tensor *shape (te_tensor temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
+%typemap(argout) te_tensor *shape { $result = SWIG_Python_AppendOutput($result, te_swig_tensor_to_tuple(&temp$argnum)); }
 %typemap(in, numinputs=0) te_device *out (te_device temp) { memset(&temp, 0, sizeof temp); $1 = &temp; }
 %typemap(argout) te_device *out {
   $result = SWIG_Python_AppendOutput($result, Py_BuildValue("(ii)", (int)temp$argnum.type, (int)temp$argnum.index));
@@ -828,6 +838,7 @@ TE_WEAK(te_checkpoint_write)
 TE_WEAK(te_checkpoint_read)
 TE_WEAK(te_checkpoint_serialize)
 TE_WEAK(te_checkpoint_deserialize)
+TE_WEAK(te_checkpoint_record_info)
 %exception te_checkpoint_destroy {
   if (te_checkpoint_destroy != NULL) { $action }
 }

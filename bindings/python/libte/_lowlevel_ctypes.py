@@ -425,6 +425,8 @@ _TRAINING_FNS = (
     ("checkpoint_read", "te_checkpoint_read", _S, _P, c_char_p),
     ("checkpoint_serialize", "te_checkpoint_serialize", _S, _P, _P, c_size_t, POINTER(c_size_t)),
     ("checkpoint_deserialize", "te_checkpoint_deserialize", _S, _P, _P, c_size_t),
+    ("checkpoint_record_info", "te_checkpoint_record_info", _S, _P, c_char_p, POINTER(c_int32),
+     _P, POINTER(c_size_t)),
 )
 _train = {key: _fn(name, restype, *argtypes) for key, name, restype, *argtypes in _TRAINING_FNS
           if hasattr(_lib, name)}
@@ -1875,3 +1877,16 @@ def checkpoint_deserialize(data):
     out = c_void_p()
     _call("checkpoint_deserialize", byref(out), buf, len(raw))
     return out.value
+
+
+def checkpoint_record_info(ck, name):
+    """(is_tensor, dtype, shape, size): dtype a te_dtype code and shape a tuple for a tensor
+    record, both None for a byte record; size the payload's length in bytes."""
+    is_tensor = c_int32()
+    shape = te_tensor()
+    size = c_size_t()
+    _call("checkpoint_record_info", ck, _name(name), byref(is_tensor), byref(shape), byref(size))
+    if not is_tensor.value:
+        return False, None, None, size.value
+    _, dtype, dims, *_ = _desc(shape)
+    return True, dtype, dims, size.value

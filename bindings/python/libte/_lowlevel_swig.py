@@ -826,3 +826,12 @@ def checkpoint_serialize(ck):
 
 def checkpoint_deserialize(data):
     return _fn("te_checkpoint_deserialize")(buffer_bytes(data))
+
+
+def checkpoint_record_info(ck, name):
+    """(is_tensor, dtype, shape, size): dtype a te_dtype code and shape a tuple for a tensor
+    record, both None for a byte record; size the payload's length in bytes."""
+    is_tensor, t, size = _fn("te_checkpoint_record_info")(ck, check_name(name))
+    if not is_tensor:
+        return False, None, None, size
+    return True, t[1], tuple(t[2]), size

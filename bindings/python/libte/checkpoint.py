@@ -6,9 +6,17 @@
         ck.write("model.teckpt")                     # atomic: written beside, then renamed
     with libte.Checkpoint.read("model.teckpt") as ck:
         ck.get_tensor("layer0.weight", w)            # into an array of the stored dtype/shape
+        w2 = ck.get_tensor("layer0.weight")          # or a new NumPy array of them
+        ck.record_info("layer0.weight")              # RecordInfo('tensor', 'float32', (7, 5), 140)
         layer.load_state_dict(ck.get_bytes("layer0.fp8_state"))
 """
 
+import collections
+
+import numpy as np
+
+from . import _constants as C
+from ._arrays import numpy_dtype
 from ._handle import NativeHandle, closed_error
 from ._lowlevel import ll
 from .context import Context
@@ -16,7 +24,13 @@ from .errors import InvalidArgument
 from .ops import _any_input
 from .tensor import Float8Tensor, check_context, follow_streams
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "RecordInfo"]
+
+RecordInfo = collections.namedtuple("RecordInfo", "kind dtype shape nbytes")
+RecordInfo.__doc__ = """What a checkpoint record holds (Checkpoint.record_info): kind 'tensor' or
+'bytes'; for a tensor its dtype as libte names dtypes ('float32', 'float16', 'bfloat16', 'int32':
+what modules' .dtype says) and its shape tuple, both None for a byte record; nbytes the payload's
+length in bytes."""
 
 
 def _decode(name):
@@ -83,10 +97,24 @@ class Checkpoint:
         follow_streams(ctx, a)
         ll.checkpoint_put_tensor(ck, h_ctx, name, a.desc)
 
-    def get_tensor(self, name, out, *, ctx=None):
+    def get_tensor(self, name, out=None, *, ctx=None):
         """Copies record `name` into `out`, which must have the stored dtype and shape (else
-        InvalidArgument, out unchanged). Returns out."""
+        InvalidArgument, out unchanged). Returns out.
+
+        Without `out`, a new NumPy array of the stored dtype and shape is returned (read
+        through record_info; bfloat16 records give ml_dtypes.bfloat16 arrays, as the package's
+        bfloat16 NumPy arrays are everywhere: without ml_dtypes that raises InvalidArgument, and
+        `out` is then required). A NumPy array is host memory: with a CUDA `ctx`, pass `out`."""
         ck = self._handle()
+        if out is None:
+            if ctx is not None and check_context(ctx) and ctx.device_type != C.DEVICE_CPU:
+                raise InvalidArgument("argument 'out': required with a CUDA context (without "
+                                      "it, get_tensor allocates a NumPy array: host memory)")
+            is_tensor, code, shape, _ = ll.checkpoint_record_info(ck, name)
+            if not is_tensor:
+                raise InvalidArgument("argument 'name': record %r holds bytes, not a tensor "
+                                      "(use get_bytes)" % (name,))
+            out = np.empty(shape, numpy_dtype(code))
         ctx = self._context(ctx)
         h_ctx = check_context(ctx)
         if isinstance(out, Float8Tensor):
@@ -101,6 +129,15 @@ class Checkpoint:
         if data is None:
             raise InvalidArgument("argument 'data': expected a bytes-like object, got None")
         ll.checkpoint_put_bytes(self._handle(), name, data)
+
+    def record_info(self, name):
+        """What record `name` holds, without copying it: a RecordInfo (kind, dtype, shape,
+        nbytes), e.g. to allocate the array get_tensor fills. A missing record raises
+        InvalidArgument naming te_checkpoint_record_info."""
+        is_tensor, code, shape, size = ll.checkpoint_record_info(self._handle(), name)
+        if not is_tensor:
+            return RecordInfo("bytes", None, None, size)
+        return RecordInfo("tensor", C.DTYPE_NAMES.get(code, code), shape, size)
 
     def get_bytes(self, name):
         """Byte record `name` as bytes."""

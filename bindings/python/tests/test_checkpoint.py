@@ -285,3 +285,66 @@ def test_dlpack_tensors(ctx, rng):
         ck.get_tensor("a", out, ctx=ctx)
         ck.get_tensor("ids", out_ids)
     assert out.numpy().tobytes() == a.tobytes() and out_ids.numpy().tobytes() == ids.tobytes()
+
+
+def test_record_info(rng, tmp_path):
+    """record_info against the arrays and bytes that went in, before and after a file round
+    trip; byte records have no dtype or shape; a missing record is named."""
+    arrays = records(rng)
+    expected = {name: libte.checkpoint.RecordInfo("tensor", a.dtype.name, a.shape, a.nbytes)
+                for name, a in arrays.items()}
+    expected.update({name: libte.checkpoint.RecordInfo("bytes", None, None, len(b))
+                     for name, b in BLOBS.items()})
+    path = tmp_path / "info.teckpt"
+    with libte.Checkpoint() as ck:
+        fill(ck, arrays, BLOBS)
+        assert {name: ck.record_info(name) for name in ck} == expected
+        ck.write(path)
+    assert expected["emb"].dtype == "bfloat16" and expected["data.position"].dtype == "int32"
+    with libte.Checkpoint.read(path) as ck:
+        for name in ck:
+            info = ck.record_info(name)
+            assert info == expected[name] and info.kind == expected[name][0], name
+            assert ck.record_info(name.encode()) == info  # bytes names too
+        with pytest.raises(libte.InvalidArgument) as e:
+            ck.record_info("missing")
+        assert "missing" in library_error(e, "te_checkpoint_record_info")
+        assert ck.names() == list(arrays) + list(BLOBS)  # nothing changed
+
+
+def test_get_tensor_without_out_allocates_the_stored_array(ctx, rng):
+    arrays = records(rng)
+    with libte.Checkpoint() as ck:
+        fill(ck, arrays, BLOBS)
+        for name, a in arrays.items():
+            got = ck.get_tensor(name)
+            assert isinstance(got, np.ndarray), name
+            assert got.dtype == a.dtype and got.shape == a.shape, name
+            assert got.tobytes() == a.tobytes(), name
+        got = ck.get_tensor("emb", ctx=ctx)  # an explicit CPU context
+        assert got.dtype == BF16 and got.tobytes() == arrays["emb"].tobytes()
+        with pytest.raises(libte.InvalidArgument, match="holds bytes"):
+            ck.get_tensor("step")
+        with pytest.raises(libte.InvalidArgument) as e:
+            ck.get_tensor("missing")
+        assert "missing" in library_error(e, "te_checkpoint_record_info")
+
+
+def test_low_level_record_info():
+    ck = ll.checkpoint_create()
+    try:
+        ll.checkpoint_put_bytes(ck, b"k", b"value")
+        a = np.arange(6, dtype=np.float32).reshape(2, 3, 1)
+        desc = (a.ctypes.data, C.DTYPE_F32, a.shape, C.DEVICE_CPU, 0, 0, 0)
+        with libte.Context("cpu") as c:
+            ll.checkpoint_put_tensor(ck, c._handle(), "t", desc)
+        assert ll.checkpoint_record_info(ck, "k") == (False, None, None, 5)
+        assert ll.checkpoint_record_info(ck, b"t") == (True, C.DTYPE_F32, (2, 3, 1), 24)
+        with pytest.raises(libte.InvalidArgument) as e:
+            ll.checkpoint_record_info(ck, None)
+        assert "name" in library_error(e, "te_checkpoint_record_info")
+        with pytest.raises(libte.InvalidArgument) as e:
+            ll.checkpoint_record_info(None, "k")
+        library_error(e, "te_checkpoint_record_info")
+    finally:
+        ll.checkpoint_destroy(ck)
