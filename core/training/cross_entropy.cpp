@@ -3,11 +3,27 @@
 #include "training/cross_entropy.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "backends/training_args.h"
 #include "modules/common/validate.h"
 
 namespace te {
+
+namespace {
+
+bool overlaps(const TensorView &a, const TensorView &b) {
+  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
+  return pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
+void check_separate(const TensorView &out, const char *out_name, const TensorView &in, const char *in_name) {
+  if (overlaps(out, in))
+    fail(Status::InvalidArgument, "argument '%s': its memory overlaps that of '%s' (expected separate memory)", out_name,
+         in_name);
+}
+
+}  // namespace
 
 void cross_entropy(Context &ctx, const CrossEntropyCall &c) {
   const Device &dev = ctx.device();
@@ -25,6 +41,15 @@ void cross_entropy(Context &ctx, const CrossEntropyCall &c) {
   if (c.dlogits.data) {
     check_tensor(c.dlogits, "dlogits", logits.dtype, dev);
     check_same_shape(c.dlogits, "dlogits", logits, "logits");
+  }
+  // dlogits may be logits itself (in place) but must not overlap it otherwise; the loss and
+  // dlogits must not overlap anything they are computed from.
+  check_separate(c.loss, "loss", logits, "logits");
+  check_separate(c.loss, "loss", c.targets, "targets");
+  if (c.dlogits.data) {
+    if (c.dlogits.data != logits.data) check_separate(c.dlogits, "dlogits", logits, "logits");
+    check_separate(c.dlogits, "dlogits", c.targets, "targets");
+    check_separate(c.loss, "loss", c.dlogits, "dlogits");
   }
   if (!std::isfinite(c.grad_scale))
     fail(Status::InvalidArgument, "argument 'opts->grad_scale': expected a finite value, got %g", (double)c.grad_scale);

@@ -246,6 +246,18 @@ TEST_F(CrossEntropy, RefusesBadInputNamingItAndWritesNothing) {
     dc.device.type = TE_DEVICE_CUDA;
     EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dlogits", call(&o, logits.get(), tg.get(), loss.get(), &dc));
   }
+  {  // memory shared where it must not be: dlogits partly over logits, the loss inside an input
+    te_tensor dpart = dlogits.t;
+    dpart.data = logits.bytes.data() + 2;
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dlogits", call(&o, logits.get(), tg.get(), loss.get(), &dpart));
+    te_tensor lin = loss.t;
+    lin.data = logits.bytes.data() + 8;
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "loss", call(&o, logits.get(), tg.get(), &lin, nullptr));
+    lin.data = dlogits.bytes.data();
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "loss", call(&o, logits.get(), tg.get(), &lin, dlogits.get()));
+    lin.data = tg.bytes.data();
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "loss", call(&o, logits.get(), tg.get(), &lin, dlogits.get()));
+  }
   // Targets outside [0, vocab) that are not ignore_index: refused naming the token.
   for (int32_t bad : {-1, 10, -101, INT32_MAX}) {
     HostTensor bt = make_targets({n}, {0, bad, -100});

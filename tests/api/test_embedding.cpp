@@ -163,6 +163,14 @@ TEST_F(Embedding, ForwardRefusesBadInputNamingItAndWritesNothing) {
     te_tensor yc = on_cuda(y.t);
     EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "y", te_embedding_forward(ctx_, table.get(), ids.get(), &yc));
   }
+  {  // y sharing memory with an input
+    te_tensor yt = y.t;
+    yt.data = table.bytes.data();
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "y", te_embedding_forward(ctx_, table.get(), ids.get(), &yt));
+    te_tensor yi = y.t;
+    yi.data = ids.bytes.data() + 4;
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "y", te_embedding_forward(ctx_, table.get(), ids.get(), &yi));
+  }
   // Ids out of range: refused naming the position, before anything is written.
   for (int32_t bad : {-1, 10, INT32_MIN, INT32_MAX}) {
     HostTensor bad_ids = make_ids({2, 3}, {0, 1, 2, 3, bad, 0});
@@ -212,6 +220,19 @@ TEST_F(Embedding, BackwardRefusesBadInputNamingItAndWritesNothing) {
     EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dtable", te_embedding_backward(ctx_, ids.get(), dy.get(), t1.get(), 0));
     te_tensor tc = on_cuda(dtable.t);
     EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dtable", te_embedding_backward(ctx_, ids.get(), dy.get(), &tc, 1));
+  }
+  {  // dtable sharing memory with an input
+    HostTensor big = make_tensor(TE_DTYPE_F32, {10, 4});
+    te_tensor dyt = dy.t;
+    dyt.data = big.bytes.data() + 8;
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dtable", te_embedding_backward(ctx_, ids.get(), &dyt, big.get(), 0));
+    HostTensor big_ids = make_ids({40}, std::vector<int32_t>(40, 0));
+    te_tensor idt = big_ids.t;
+    idt.shape[0] = 6;
+    te_tensor dtt = dtable.t;
+    dtt.data = big_ids.bytes.data();
+    big_ids.t.shape[0] = 40;
+    EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, fn, "dtable", te_embedding_backward(ctx_, &idt, dy.get(), &dtt, 0));
   }
   for (int32_t bad : {-5, 10}) {
     HostTensor bad_ids = make_ids({6}, {0, 1, bad, 3, 4, 0});
