@@ -92,7 +92,8 @@ struct gpt {
 
   /* buffers */
   void *freqs;     /* F32 [seq_len, head_dim / 2] RoPE angles */
-  void *tokens, *targets; /* I32 [N] */
+  void *tokens, *targets; /* I32 [N] each, one block: targets = tokens + N */
+  int32_t *host_batch;     /* [2N] host staging for the single upload */
   void *x_final;   /* [N, d] residual stream after the last block */
   void *h;         /* [N, d] final norm output (head input) */
   void *mu, *rsigma; /* F32 [N] final norm statistics */
@@ -476,8 +477,14 @@ static int alloc_buffers(gpt *m) {
     TRY_OK(dev_alloc(m, n * d * a, &b->x_mid));
   }
   TRY_OK(dev_alloc(m, (size_t)c->seq_len * (size_t)(m->head_dim / 2) * 4, &m->freqs));
-  TRY_OK(dev_alloc(m, n * 4, &m->tokens));
-  TRY_OK(dev_alloc(m, n * 4, &m->targets));
+  /* tokens and targets side by side, so that a batch goes up in one copy */
+  TRY_OK(dev_alloc(m, 2 * n * 4, &m->tokens));
+  m->targets = (int32_t *)m->tokens + n;
+  m->host_batch = malloc(2 * n * sizeof(int32_t));
+  if (m->host_batch == NULL) {
+    fprintf(stderr, "gpt_create: out of host memory\n");
+    return 1;
+  }
   TRY_OK(dev_alloc(m, n * d * a, &m->x_final));
   TRY_OK(dev_alloc(m, n * d * a, &m->h));
   TRY_OK(dev_alloc(m, n * 4, &m->mu));
@@ -577,7 +584,7 @@ void gpt_destroy(gpt *m) {
   if (m == NULL) return;
   /* Device memory: freed one by one (the context would free it with itself, but the caller
    * may keep the context for another model). */
-  void **blocks[] = {&m->freqs, &m->tokens, &m->targets, &m->x_final, &m->h, &m->mu,
+  void **blocks[] = {&m->freqs, &m->tokens, &m->x_final, &m->h, &m->mu,
                      &m->rsigma, &m->logits, &m->loss, &m->tmp, &m->dres, &m->dmid,
                      &m->dtmp, &m->dq, &m->dk, &m->dv, &m->dqkv, &m->r_head};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; ++i)
@@ -604,6 +611,7 @@ void gpt_destroy(gpt *m) {
   te_linear_destroy(m->head);
   te_recipe_release(m->recipe);
   free(m->adamw);
+  free(m->host_batch);
   free(m->params);
   free(m->blocks);
   free(m);
@@ -800,9 +808,14 @@ static int forward_logits(gpt *m) {
 }
 
 static int upload_batch(gpt *m, const int32_t *tokens, const int32_t *targets) {
-  const size_t bytes = (size_t)m->n_tokens * sizeof(int32_t);
-  TRY(te_context_copy(m->ctx, m->tokens, tokens, bytes, TE_COPY_HOST_TO_DEVICE));
-  TRY(te_context_copy(m->ctx, m->targets, targets, bytes, TE_COPY_HOST_TO_DEVICE));
+  /* One host-to-device copy per batch. It completes before returning, so it waits for what is
+   * still queued: at most the previous step's AdamW, the stream having drained at that step's
+   * loss read-back; the GPU is never left without work it could have had. */
+  const size_t n = (size_t)m->n_tokens;
+  memcpy(m->host_batch, tokens, n * sizeof(int32_t));
+  memcpy(m->host_batch + n, targets, n * sizeof(int32_t));
+  TRY(te_context_copy(m->ctx, m->tokens, m->host_batch, 2 * n * sizeof(int32_t),
+                      TE_COPY_HOST_TO_DEVICE));
   return 0;
 }
 

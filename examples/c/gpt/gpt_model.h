@@ -46,8 +46,10 @@
  * Memory: every activation, gradient and parameter buffer is allocated once by gpt_create
  * (te_context_malloc), and so is every module's residual memory: the modules run through the
  * caller-memory calls (te_*_residuals_size at create, te_*_forward_compute_into,
- * te_*_backward_from), so a step allocates nothing, in the library either. The only host
- * synchronisation in a training step is reading the loss back (te_context_copy).
+ * te_*_backward_from), so a step allocates nothing, in the library either. A training step
+ * talks to the host twice: the batch goes up in one copy (tokens and targets together) and the
+ * loss comes back (4 bytes); te_context_copy completes both before returning. Nothing else in
+ * the forward, backward or AdamW waits for the device.
  *
  * FP8 weight caches: a forward passes weight_unchanged = 1 only when it is the first forward
  * after gpt_step (whose te_adamw_step re-quantized every module weight); any forward's scope end
