@@ -474,6 +474,7 @@ static void plot(const char *csv, const char *png) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they come, through a pipe too */
   options cl, o;
   int help = 0;
   if (parse_args(&cl, argc, argv, &help)) {
@@ -560,7 +561,7 @@ int main(int argc, char **argv) {
   const int csv_ok = fclose(csv) == 0;
   if (csv_ok) printf("loss curves (CSV): %s\n", o.csv);
   else fprintf(stderr, "%s: writing %s failed\n", argv[0], o.csv);
-  if (csv_ok && !o.no_plot) plot(o.csv, o.plot);
+  if (csv_ok && rc == 0 && !o.no_plot) plot(o.csv, o.plot);
   printf("total time %.1f s\n", now_s() - t0);
 
   free(vs.tokens);
