@@ -99,7 +99,7 @@ struct gpt {
   void *mu, *rsigma; /* F32 [N] final norm statistics */
   void *logits;    /* [N, vocab], dlogits in place */
   void *loss;      /* F32 [1] */
-  void *tmp;       /* [N, d] scratch: proj / MLP outputs, dxf */
+  void *tmp;       /* [N, d] scratch: the proj and MLP outputs before their residual adds */
   void *dres;      /* [N, d] gradient of the residual stream */
   void *dmid;      /* [N, d] gradient at x_mid */
   void *dtmp;      /* [N, d] scratch gradient (module dx) */
@@ -112,7 +112,6 @@ struct gpt {
   te_linear_forward_args ha;
   void *r_head; /* NULL: the head runs in high precision and keeps no residuals */
   size_t n_head;
-  int have_backward;   /* the last forward saved backward contexts */
   int weight_cache_ok; /* the FP8 weight caches hold the current weights (set by gpt_step) */
   int64_t steps_done;
 };
@@ -734,7 +733,6 @@ static int forward_logits(gpt *m) {
   TRY(te_autocast_options_init(&hp_scope));
   hp_scope.enabled = 0;
   te_autocast_token outer, inner;
-  m->have_backward = 0;
   TRY(te_autocast_begin(m->ctx, &fp8_scope, &outer));
 
   /* From here on a failure must still close the scope: collect the status, do not return. */
@@ -913,10 +911,8 @@ int gpt_forward_backward(gpt *m, const int32_t *tokens, const int32_t *targets, 
   }
   int rc = upload_batch(m, tokens, targets);
   if (rc == 0) rc = forward_logits(m);
-  m->have_backward = rc == 0;
   if (rc == 0) rc = loss_and_grad(m, 1);
   if (rc == 0) rc = backward(m);
-  m->have_backward = 0;
   if (rc == 0) rc = read_loss(m, loss);
   return rc;
 }
@@ -1017,8 +1013,8 @@ int gpt_refresh_model_weights(gpt *m) {
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
-/* The shape a checkpoint must match, as fixed-width little-endian-agnostic integers (written and
- * read by this same code on one machine kind; the checkpoint format itself is little-endian). */
+/* The shape a checkpoint must match: int64 fields in this machine's byte order (a byte record;
+ * the checkpoint's own framing is little-endian). */
 enum { SHAPE_FIELDS = 8 };
 static void shape_record(const gpt_config *c, int64_t out[SHAPE_FIELDS]) {
   out[0] = c->vocab;
@@ -1129,10 +1125,6 @@ int gpt_save(const gpt *mc, const char *path, const void *extra, size_t extra_si
   gpt *m = (gpt *)mc; /* state_save and put_tensor take non-const handles; nothing changes */
   if (m == NULL || path == NULL || (extra == NULL && extra_size != 0)) {
     fprintf(stderr, "gpt_save: NULL argument\n");
-    return 1;
-  }
-  if (m->have_backward) {
-    fprintf(stderr, "gpt_save: a backward is pending; save between steps\n");
     return 1;
   }
   te_checkpoint *ck = NULL;
