@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #ifndef GPT_PLOT_SCRIPT
@@ -462,15 +463,17 @@ static void plot(const char *csv, const char *png) {
   size_t n = strlen(script) + strlen(csv) + strlen(png) + 64;
   char *cmd = malloc(n);
   if (cmd == NULL) return;
-  snprintf(cmd, n, "python3 '%s' '%s' '%s'", script, csv, png);
+  /* the script names the file it wrote: said once, below */
+  snprintf(cmd, n, "python3 '%s' '%s' '%s' >/dev/null", script, csv, png);
   fflush(stdout);
   int st = system(cmd);
   free(cmd);
   if (st == 0)
     printf("loss plot: %s\n", png);
   else
-    printf("note: plotting failed (python3 %s exited with status %d); the CSV has the curves\n",
-           script, st);
+    printf("note: plotting failed (python3 %s: %s %d); the CSV has the curves\n", script,
+           st != -1 && WIFEXITED(st) ? "exit status" : "wait status",
+           st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
 }
 
 int main(int argc, char **argv) {
