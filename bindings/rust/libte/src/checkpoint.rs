@@ -11,7 +11,43 @@ use libte_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check, Error, Result, Status};
-use crate::tensor::{TensorView, TensorViewMut};
+use crate::tensor::{DType, TensorView, TensorViewMut};
+
+/// What a checkpoint record holds ([`Checkpoint::record_info`]), so that a reader can size the
+/// buffer it passes to [`get_tensor`](Checkpoint::get_tensor) or
+/// [`get_bytes_into`](Checkpoint::get_bytes_into).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordInfo {
+    /// A tensor record: its dtype, its shape and its payload's length in bytes
+    /// (elements x `dtype.size()`).
+    Tensor {
+        /// The stored element type.
+        dtype: DType,
+        /// The row-major shape, as `put_tensor` took it.
+        shape: Vec<i64>,
+        /// The payload's length in bytes.
+        size: usize,
+    },
+    /// A byte record.
+    Bytes {
+        /// Its length in bytes.
+        size: usize,
+    },
+}
+
+impl RecordInfo {
+    /// Whether it is a tensor record.
+    pub fn is_tensor(&self) -> bool {
+        matches!(self, RecordInfo::Tensor { .. })
+    }
+
+    /// The payload's length in bytes.
+    pub fn size(&self) -> usize {
+        match *self {
+            RecordInfo::Tensor { size, .. } | RecordInfo::Bytes { size } => size,
+        }
+    }
+}
 
 /// A checkpoint (`te_checkpoint`): named records — tensors (weights, optimizer moments) and byte
 /// strings (the modules' `save_state` buffers, the step, a data position) — kept in host
@@ -102,6 +138,43 @@ impl Checkpoint {
                 name.as_ptr(),
                 t.as_raw_mut(),
             )
+        })
+    }
+
+    /// What record `name` holds (`te_checkpoint_record_info`): its kind, and for a tensor its
+    /// dtype and shape, without copying it. A missing record: `InvalidArgument`.
+    pub fn record_info(&self, name: &str) -> Result<RecordInfo> {
+        let name = c_name("Checkpoint::record_info", name)?;
+        let mut is_tensor = 0i32;
+        // All zero is a valid te_tensor (F32, no data); the library fills it for a tensor.
+        let mut shape: sys::te_tensor = unsafe { std::mem::zeroed() };
+        let mut size = 0usize;
+        check(unsafe {
+            sys::te_checkpoint_record_info(
+                self.as_ptr(),
+                name.as_ptr(),
+                &mut is_tensor,
+                &mut shape,
+                &mut size,
+            )
+        })?;
+        if is_tensor == 0 {
+            return Ok(RecordInfo::Bytes { size });
+        }
+        let dtype = DType::from_raw(shape.dtype).ok_or_else(|| {
+            Error::new(
+                Status::Internal,
+                format!(
+                    "te_checkpoint_record_info returned an unknown dtype {}",
+                    shape.dtype.0
+                ),
+            )
+        })?;
+        let ndim = shape.ndim.clamp(0, shape.shape.len() as i32) as usize;
+        Ok(RecordInfo::Tensor {
+            dtype,
+            shape: shape.shape[..ndim].to_vec(),
+            size,
         })
     }
 

@@ -95,7 +95,7 @@ pub use crate::attention::{
     AttentionResiduals, AttentionTensor, AttnMask,
 };
 pub use crate::autocast::{Autocast, AutocastOptions, AutocastState};
-pub use crate::checkpoint::Checkpoint;
+pub use crate::checkpoint::{Checkpoint, RecordInfo};
 pub use crate::context::{Activation, Context, ContextStats, Device, QuantizeScale};
 pub use crate::error::{Error, Result, Status};
 pub use crate::group::{nccl_unique_id, Group, NcclId, NCCL_ID_BYTES};

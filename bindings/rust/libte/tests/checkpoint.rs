@@ -290,3 +290,69 @@ fn a_module_state_and_optimizer_moments_restore_exactly() {
     }
     assert_eq!(ya, yb);
 }
+
+#[test]
+fn record_info_describes_each_record_so_a_reader_can_allocate() {
+    let ctx = Context::cpu().unwrap();
+    let (ck, w, ..) = sample(&ctx);
+    let expected = |name: &str| match name {
+        "model.fc1.weight" => RecordInfo::Tensor {
+            dtype: DType::F32,
+            shape: vec![12, 5],
+            size: 60 * 4,
+        },
+        "data.ids" => RecordInfo::Tensor {
+            dtype: DType::I32,
+            shape: vec![5],
+            size: 5 * 4,
+        },
+        "h" => RecordInfo::Tensor {
+            dtype: DType::BF16,
+            shape: vec![2, 3, 4],
+            size: 24 * 2,
+        },
+        "step" => RecordInfo::Bytes { size: 8 },
+        "empty" => RecordInfo::Bytes { size: 0 },
+        other => panic!("unexpected record {}", other),
+    };
+    let path = temp_path("record-info");
+    ck.write(&path).unwrap();
+    let read = Checkpoint::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    for c in [&ck, &read] {
+        for name in c.names().unwrap() {
+            let info = c.record_info(&name).unwrap();
+            assert_eq!(info, expected(&name), "{}", name);
+            assert_eq!(info.is_tensor(), name != "step" && name != "empty");
+            if let RecordInfo::Tensor { dtype, shape, size } = &info {
+                let n: i64 = shape.iter().product();
+                assert_eq!(*size, n as usize * dtype.size(), "{}", name);
+            }
+        }
+    }
+    assert_eq!(read.record_info("step").unwrap().size(), 8);
+
+    // Allocating from the info is enough for get_tensor.
+    let shape = match read.record_info("model.fc1.weight").unwrap() {
+        RecordInfo::Tensor { shape, .. } => shape,
+        other => panic!("model.fc1.weight is a tensor record, got {:?}", other),
+    };
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let mut w2 = vec![0.0f32; dims.iter().product()];
+    read.get_tensor(&ctx, "model.fc1.weight", &mut view_mut(&mut w2, &dims))
+        .unwrap();
+    assert_eq!(w2, w);
+
+    // A missing record and a NUL in the name: InvalidArgument naming the function.
+    let e = read.record_info("nope").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{}", e);
+    assert!(
+        e.message().starts_with("te_checkpoint_record_info") && e.message().contains("nope"),
+        "{}",
+        e
+    );
+    let e = read.record_info("a\0b").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{}", e);
+    assert!(e.message().starts_with("Checkpoint::record_info"), "{}", e);
+    assert_eq!(read.len().unwrap(), 5);
+}
