@@ -384,8 +384,10 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
     tokens_done += (int64_t)per;
     const double tps = dt > 0 ? (double)per / dt : 0.0;
     if (!isfinite(loss)) {
-      fprintf(stderr, "[%s] step %lld: the loss is %g; stopping\n", run, (long long)step, loss);
+      fprintf(stderr, "[%s] step %lld: the loss is %g; stopping this run\n", run,
+              (long long)step, loss);
       rc = 1;
+      last_val = NAN;
       break;
     }
     const int eval_now = step % o->eval_every == 0 || step == o->steps;
@@ -430,6 +432,7 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
            o->steps);
   }
   val = last_val;
+  if (rc == 1) *final_val = NAN; /* diverged: the comparison fails */
   if (rc == 0) {
     *final_val = val;
     *tok_s_mean = train_time > 0 ? (double)tokens_done / train_time : 0.0;
@@ -555,33 +558,39 @@ int main(int argc, char **argv) {
   fprintf(csv, "run,step,train_loss,val_loss,tokens_per_s\n");
 
   double val_fp8 = NAN, val_base = NAN, tps_fp8 = 0, tps_base = 0;
+  /* rc: 0, 1 (a run diverged: its final loss is NaN and the comparison fails) or 2 (error) */
   int rc = 0;
   const double t0 = now_s();
   if (!o.only || strcmp(o.only, "fp8") == 0)
     rc = run_one(ctx, &o, "fp8", 1, hp, &text, &vs, csv, &val_fp8, &tps_fp8);
-  if (rc == 0 && (!o.only || strcmp(o.only, "baseline") == 0))
-    rc = run_one(ctx, &o, "baseline", 0, hp, &text, &vs, csv, &val_base, &tps_base);
+  if (rc != 2 && (!o.only || strcmp(o.only, "baseline") == 0)) {
+    const int rc_base = run_one(ctx, &o, "baseline", 0, hp, &text, &vs, csv, &val_base, &tps_base);
+    if (rc_base > rc) rc = rc_base;
+  }
   const int csv_ok = fclose(csv) == 0;
   if (csv_ok) printf("loss curves (CSV): %s\n", o.csv);
   else fprintf(stderr, "%s: writing %s failed\n", argv[0], o.csv);
-  if (csv_ok && rc == 0 && !o.no_plot) plot(o.csv, o.plot);
+  if (csv_ok && rc != 2 && !o.no_plot) plot(o.csv, o.plot);
   printf("total time %.1f s\n", now_s() - t0);
 
   free(vs.tokens);
   free(vs.targets);
   gpt_text_free(&text);
   te_context_destroy(ctx);
-  if (rc != 0) return rc == 1 ? 1 : 2;
+  if (rc == 2) return 2;
   if (!csv_ok) return 2;
 
   if (o.stop_after > 0 && o.stop_after < o.steps) {
     printf("stopped after step %d of %d: continue with --resume\n", o.stop_after, o.steps);
-    return 0;
+    return rc;
   }
   if (o.only) {
     printf("final val loss: %s %.4f\n", o.only, strcmp(o.only, "fp8") == 0 ? val_fp8 : val_base);
-    return 0;
+    return rc;
   }
+  if (tps_fp8 > 0 && tps_base > 0)
+    printf("training tokens/s: fp8 %.0f  baseline %.0f  (fp8 / baseline %.2fx)\n", tps_fp8,
+           tps_base, tps_fp8 / tps_base);
   const double diff = (val_fp8 - val_base) / val_base;
   const int ok = fabs(diff) <= FP8_TOLERANCE; /* NaN fails */
   if (ok)
@@ -590,6 +599,5 @@ int main(int argc, char **argv) {
   else
     printf("final val loss: fp8 %.4f  baseline %.4f  (diff %+.2f%%, NOT within %.0f%%)\n",
            val_fp8, val_base, 100.0 * diff, 100.0 * FP8_TOLERANCE);
-  (void)tps_base;
   return ok ? 0 : 1;
 }
