@@ -11,7 +11,8 @@ namespace fuzz {
 
 // Any live handle, cast to another type by the caller: a wrong-type handle. avoid_kind: 0 context,
 // 1 recipe, 2 group, 3 linear, 4 linear backward context, 5 grouped linear, 6 its backward context,
-// 7 LayerNormLinear / LayerNormMLP, 8 their backward contexts, 9 attention, 10 its backward contexts.
+// 7 LayerNormLinear / LayerNormMLP, 8 their backward contexts, 9 attention, 10 its backward contexts,
+// 11 checkpoints.
 inline void *Program::some_live_handle(int avoid_kind) {
   std::vector<void *> c;
   if (avoid_kind != 0)
@@ -46,6 +47,9 @@ inline void *Program::some_live_handle(int avoid_kind) {
       if (s.live) c.push_back(s.h);
   if (avoid_kind != 10)
     for (auto &s : attn_bwd_)
+      if (s.live) c.push_back(s.h);
+  if (avoid_kind != 11)
+    for (auto &s : ck_)
       if (s.live) c.push_back(s.h);
   if (c.empty()) return nullptr;
   return c[R.pick(static_cast<uint32_t>(c.size()))];

@@ -80,6 +80,12 @@ enum Op : uint8_t {
   OP_ATTN_CALLER,
   OP_ATTN_STATE,
   OP_ROPE,
+  OP_ADD,
+  OP_COLUMNS,
+  OP_EMBEDDING,
+  OP_CROSS_ENTROPY,
+  OP_ADAMW,
+  OP_CHECKPOINT,
   OP_COUNT
 };
 
@@ -94,7 +100,8 @@ inline const char *op_name(uint8_t op) {
       "grouped_create", "grouped_destroy", "grouped_forward", "grouped_backward", "grouped_backward_destroy",
       "grouped_state", "ln_create", "ln_destroy", "ln_forward", "ln_backward", "ln_backward_destroy", "ln_state",
       "cr_size", "cr_forward", "cr_backward", "cr_destroy", "attn_create", "attn_destroy", "attn_forward",
-      "attn_backward", "attn_backward_destroy", "attn_caller", "attn_state", "rope"};
+      "attn_backward", "attn_backward_destroy", "attn_caller", "attn_state", "rope", "add", "columns", "embedding",
+      "cross_entropy", "adamw", "checkpoint"};
   return op < OP_COUNT ? kNames[op] : "?";
 }
 

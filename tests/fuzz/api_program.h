@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "api_model.h"
@@ -246,6 +248,20 @@ class Program {
     Tensor x, y, freqs, cu, inplace, back;
   };
 
+  // Checkpoints (api_training.h): slots, and a model of each one's records.
+  static constexpr int kCkSlots = 3;
+  struct CkRec {
+    bool tensor = false;
+    int dtype = 0;
+    Shape shape;
+    std::vector<uint8_t> bytes;
+  };
+  struct CkSlot {
+    te_checkpoint *h = nullptr;
+    bool live = false;
+    std::map<std::string, CkRec> recs;
+  };
+
   Reader &R;
   uint32_t serial_ = 0;
   CrSlot cr_[kCrSlots];
@@ -284,6 +300,8 @@ class Program {
   std::vector<std::unique_ptr<AttnGrads>> attn_grad_keep_;
   std::vector<std::unique_ptr<RopeBufs>> rope_keep_;
   std::vector<Blob> attn_blocks_;
+  CkSlot ck_[kCkSlots];
+  std::vector<te_checkpoint *> dead_ck_;
 
   // ---- helpers (api_arguments.h) ----
   static std::vector<uint8_t> bytes_of(const void *p, size_t n) {
@@ -445,6 +463,21 @@ class Program {
   void rope_op();
   void attn_drop_context(int slot);
 
+  // ---- training-step ops and checkpoints (api_training.h) ----
+  void malform_here(Tensor &x);
+  int hp_dtype(bool &odd);
+  void add_op();
+  void columns_op();
+  void embedding_op();
+  void cross_entropy_op();
+  void adamw_op();
+  te_checkpoint *ck_arg(bool &mf, int &slot);
+  std::string ck_name(bool &mf, bool &null_name);
+  void ck_check_model(int slot);
+  void ck_check_same(te_checkpoint *h, const std::map<std::string, CkRec> &recs);
+  std::string ck_state(CkSlot &c);
+  void checkpoint_op();
+
   // ---- context memory (api_misc.h) ----
   void malloc_op();
   void free_block(size_t i);
@@ -556,6 +589,12 @@ class Program {
       case OP_ATTN_CALLER: attn_caller(); break;
       case OP_ATTN_STATE: attn_state_op(); break;
       case OP_ROPE: rope_op(); break;
+      case OP_ADD: add_op(); break;
+      case OP_COLUMNS: columns_op(); break;
+      case OP_EMBEDDING: embedding_op(); break;
+      case OP_CROSS_ENTROPY: cross_entropy_op(); break;
+      case OP_ADAMW: adamw_op(); break;
+      case OP_CHECKPOINT: checkpoint_op(); break;
       default: break;
     }
   }
@@ -594,6 +633,11 @@ class Program {
         g.live = false;
       }
     for (auto &c : cr_) cr_clear(c);  // the layers (and their records) went first
+    for (auto &c : ck_)
+      if (c.live) {
+        te_checkpoint_destroy(c.h);
+        c.live = false;
+      }
     all_bufs_.clear();
   }
 };
@@ -611,4 +655,5 @@ class Program {
 #include "api_layernorm.h"
 #include "api_caller.h"
 #include "api_attention.h"
+#include "api_training.h"
 #include "api_misc.h"

@@ -232,6 +232,15 @@ void api_corpus(const std::string &dir) {
         OP_AUTOCAST_END, OP_ATTN_BACKWARD, OP_ATTN_BACKWARD, OP_ATTN_STATE, OP_ATTN_STATE, OP_ATTN_CALLER,
         OP_ATTN_CALLER, OP_ATTN_CALLER, OP_ATTN_BACKWARD_DESTROY, OP_ATTN_DESTROY, OP_ATTN_FORWARD}},
       {"rope", {OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE, OP_ROPE}},
+      {"training-ops",
+       {OP_ADD, OP_COLUMNS, OP_EMBEDDING, OP_CROSS_ENTROPY, OP_ADAMW, OP_ADD, OP_COLUMNS, OP_EMBEDDING,
+        OP_CROSS_ENTROPY, OP_ADAMW, OP_COLUMNS, OP_EMBEDDING}},
+      {"adamw-owners",
+       {OP_LINEAR_CREATE, OP_LN_CREATE, OP_TRAIN_STEP, OP_ADAMW, OP_ADAMW, OP_ADAMW, OP_TRAIN_STEP, OP_ADAMW,
+        OP_ADAMW, OP_ADAMW}},
+      {"checkpoints",
+       {OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT,
+        OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT}},
   };
   // Programs aimed at one class of bug each: their first arguments are given (the rest are 0).
   struct Aimed {
@@ -318,6 +327,20 @@ void api_corpus(const std::string &dir) {
                     OP_ATTN_BACKWARD, OP_ATTN_CALLER, OP_ATTN_FORWARD},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 200}, {}, {0}, {0, 0, 0}, {}, {0}, {0}, {0, 200, 0, 0}, {0, 0, 0},
                     {0, 0, 200}, {0}, {0}, {0, 200, 0, 0}, {0}}});
+  // Checkpoint programs (api_training.h: the first argument picks the call): create, put a
+  // tensor and bytes, read them, serialise (intact and damaged), write and read a file, count.
+  aimed.push_back({"aim-checkpoint-records",
+                   {OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT,
+                    OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT},
+                   {{0}, {2, 0, 0}, {4, 0, 2, 0, 5}, {4, 0, 4, 0, 9}, {5, 0, 0}, {6, 0, 2, 150}, {6, 0, 4, 250},
+                    {7, 0, 0, 0}, {7, 0, 0, 200}, {8, 0}, {9, 0}}});
+  aimed.push_back({"aim-checkpoint-stale",
+                   {OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT, OP_CHECKPOINT},
+                   {{0}, {4, 0, 3}, {1}, {4, 0, 3}, {9, 0}}});
+  // AdamW with the program's linear as the owner (its slot and context 0), after an FP8 step.
+  aimed.push_back({"aim-adamw-linear-owner",
+                   {OP_LINEAR_CREATE, OP_TRAIN_STEP, OP_ADAMW, OP_TRAIN_STEP, OP_ADAMW},
+                   {{}, {0}, {0, 0, 0, 0, 0, 0, 0, 0, 160, 0}, {0}, {0, 150, 0, 0, 1, 0, 0, 0, 170, 0}}});
   for (const Aimed &a : aimed) {
     Reader rec(a.ops, 99, 0, a.args);
     {
