@@ -1408,7 +1408,9 @@ TE_API te_status te_cross_entropy_options_init(te_cross_entropy_options *opts);
  * sync); dlogits: NULL (loss only, e.g. validation), or logits' dtype and
  * shape, and may be logits itself (in place). opts may be NULL. A target
  * outside [0, vocab) other than ignore_index: CPU INVALID_ARGUMENT naming the
- * token; CUDA makes the loss NaN (no host sync to refuse it). */
+ * token; CUDA makes the loss and that token's dlogits row NaN (no host sync to
+ * refuse it). On both backends the loss and dlogits are bit-identical: one
+ * exp/log formula and one summation order (a 512-lane tree per row). */
 TE_API te_status te_cross_entropy(te_context *ctx, const te_cross_entropy_options *opts,
                                   const te_tensor *logits, const te_tensor *targets,
                                   te_tensor *loss, te_tensor *dlogits);
@@ -1495,6 +1497,14 @@ TE_API te_status te_adamw_options_init(te_adamw_options *opts);
  * cast. An owner that has run no FP8 forward yet has no cache: nothing to
  * refresh. params is an array of count entries laid out with stride
  * params[0].struct_size (all entries carry the same struct_size).
+ * Without clipping a non-finite gradient propagates into the parameters (as
+ * torch does). The refresh updates the owner's weight scaling state at once
+ * (delayed: the new amax; current: the new scale), where the forward it
+ * replaces would have done so at its call: after that forward the states are
+ * identical. The cache is dropped instead (the next forward recasts, with
+ * identical results) when an autocast scope is open during the step, or when
+ * it was made under current scaling with a multi-rank group (one rank cannot
+ * redo that collective alone). opts is required.
  * Bit-identical on the CPU and the GPU. Errors: INVALID_ARGUMENT (shapes,
  * dtypes, devices, a tensor given twice, options out of range: lr < 0,
  * betas outside [0, 1), eps <= 0, step < 1, weight_decay < 0, an owner of the
@@ -1554,6 +1564,9 @@ TE_API te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count);
  * or is destroyed. */
 TE_API te_status te_checkpoint_name(const te_checkpoint *ck, size_t index, const char **name);
 
+/* Errors from the operating system (open, write, fsync, rename) are
+ * INVALID_ARGUMENT naming the path and the system's reason; no temporary file
+ * is left behind. */
 TE_API te_status te_checkpoint_write(const te_checkpoint *ck, const char *path);
 TE_API te_status te_checkpoint_read(te_checkpoint **out, const char *path);
 /* The same format in memory: serialise into buf (NULL/0 asks for *size), or

@@ -1927,7 +1927,9 @@ end
 # sync); dlogits: NULL (loss only, e.g. validation), or logits' dtype and
 # shape, and may be logits itself (in place). opts may be NULL. A target
 # outside [0, vocab) other than ignore_index: CPU INVALID_ARGUMENT naming the
-# token; CUDA makes the loss NaN (no host sync to refuse it).
+# token; CUDA makes the loss and that token's dlogits row NaN (no host sync to
+# refuse it). On both backends the loss and dlogits are bit-identical: one
+# exp/log formula and one summation order (a 512-lane tree per row).
 # C: te_status te_cross_entropy(te_context *ctx, const te_cross_entropy_options *opts, const te_tensor *logits, const te_tensor *targets, te_tensor *loss, te_tensor *dlogits)
 function te_cross_entropy(ctx, opts, logits, targets, loss, dlogits)
     ccall((:te_cross_entropy, libte), te_status, (Ptr{te_context}, Ptr{te_cross_entropy_options}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}, Ptr{te_tensor}), ctx, opts, logits, targets, loss, dlogits)
@@ -2051,6 +2053,14 @@ end
 # cast. An owner that has run no FP8 forward yet has no cache: nothing to
 # refresh. params is an array of count entries laid out with stride
 # params[0].struct_size (all entries carry the same struct_size).
+# Without clipping a non-finite gradient propagates into the parameters (as
+# torch does). The refresh updates the owner's weight scaling state at once
+# (delayed: the new amax; current: the new scale), where the forward it
+# replaces would have done so at its call: after that forward the states are
+# identical. The cache is dropped instead (the next forward recasts, with
+# identical results) when an autocast scope is open during the step, or when
+# it was made under current scaling with a multi-rank group (one rank cannot
+# redo that collective alone). opts is required.
 # Bit-identical on the CPU and the GPU. Errors: INVALID_ARGUMENT (shapes,
 # dtypes, devices, a tensor given twice, options out of range: lr < 0,
 # betas outside [0, 1), eps <= 0, step < 1, weight_decay < 0, an owner of the
@@ -2139,6 +2149,9 @@ function te_checkpoint_name(ck, index, name)
     ccall((:te_checkpoint_name, libte), te_status, (Ptr{te_checkpoint}, Csize_t, Ptr{Ptr{Cchar}}), ck, index, name)
 end
 
+# Errors from the operating system (open, write, fsync, rename) are
+# INVALID_ARGUMENT naming the path and the system's reason; no temporary file
+# is left behind.
 # C: te_status te_checkpoint_write(const te_checkpoint *ck, const char *path)
 function te_checkpoint_write(ck, path)
     ccall((:te_checkpoint_write, libte), te_status, (Ptr{te_checkpoint}, Cstring), ck, path)
