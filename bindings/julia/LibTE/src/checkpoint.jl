@@ -3,8 +3,8 @@
 # checksummed file or buffer. A tensor is stored with its libte dtype and row-major shape, so a
 # Julia `k × m` array is the record `[m, k]` and reads back into a `k × m` array.
 
-export Checkpoint, put_tensor!, put_bytes!, get_tensor!, get_bytes, record_names, write_checkpoint,
-       read_checkpoint, serialize_checkpoint, deserialize_checkpoint
+export Checkpoint, put_tensor!, put_bytes!, get_tensor!, get_bytes, record_names, record_info,
+       write_checkpoint, read_checkpoint, serialize_checkpoint, deserialize_checkpoint
 
 """
     Checkpoint()
@@ -110,6 +110,48 @@ function get_tensor!(A, ck::Checkpoint, ctx::Context, name::AbstractString)
         GC.@preserve v r check(te_checkpoint_get_tensor(ck, ctx, n, r))
     end
     return A
+end
+
+# The Julia element type holding a dtype's values or bits (BF16 as UInt16 bits, as TensorView takes them).
+const _RECORD_ELTYPE = Dict{Int32,DataType}(TE_DTYPE_F32 => Float32, TE_DTYPE_F16 => Float16,
+                                            TE_DTYPE_BF16 => UInt16, TE_DTYPE_I32 => Int32)
+
+"""
+    record_info(ck, name) -> NamedTuple
+
+What record `name` holds, without copying it (`te_checkpoint_record_info`), so that a reader can
+allocate the array [`get_tensor!`](@ref) fills:
+
+- a tensor record: `(kind = :tensor, dtype, eltype, dims, shape, size)`: `dtype` its libte dtype
+  (`TE_DTYPE_F32`, ...), `eltype` the Julia element type holding it (`Float32`, `Float16`,
+  `Int32`; `UInt16` bits for BF16, read through `TensorView(A, TE_DTYPE_BF16)`), `dims` the
+  Julia array's dimensions, `shape` the row-major libte shape (`dims` reversed), `size` its
+  payload in bytes;
+- a byte record: `(kind = :bytes, dtype = nothing, eltype = nothing, dims = nothing,
+  shape = nothing, size)`.
+
+```julia
+info = record_info(ck, "model.fc1.weight")
+A = get_tensor!(TensorView(Array{info.eltype}(undef, info.dims...), info.dtype), ck, ctx, "model.fc1.weight").data
+```
+
+No such record: a `LibTEError` naming `te_checkpoint_record_info`.
+"""
+function record_info(ck::Checkpoint, name::AbstractString)
+    n = _record_name(name)
+    is_tensor = Ref{Int32}(0)
+    r = te_tensor[te_tensor(C_NULL, TE_DTYPE_F32, Int32(0), ntuple(_ -> Int64(0), Val(Int(TE_MAX_DIMS))),
+                            te_device(TE_DEVICE_CPU, 0), C_NULL, TE_SCALING_PER_TENSOR)]
+    size = Ref{Csize_t}(0)
+    GC.@preserve r check(te_checkpoint_record_info(ck, n, is_tensor, r, size))
+    if is_tensor[] == 0
+        return (kind = :bytes, dtype = nothing, eltype = nothing, dims = nothing, shape = nothing,
+                size = Int(size[]))
+    end
+    t = r[1]
+    shape = Tuple(Int.(t.shape[1:t.ndim]))
+    return (kind = :tensor, dtype = t.dtype, eltype = get(_RECORD_ELTYPE, t.dtype, nothing),
+            dims = reverse(shape), shape = shape, size = Int(size[]))
 end
 
 """`get_bytes(ck, name) -> Vector{UInt8}`: a copy of byte record `name`."""

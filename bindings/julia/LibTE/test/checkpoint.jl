@@ -111,3 +111,42 @@ end
     end
     @test ya == yb
 end
+
+@testset "Checkpoint: record_info" begin
+    ctx = Context()
+    W = filled(5, 12; seed = 1)                   # libte [12, 5]
+    ids = Int32[3, -7, typemax(Int32), typemin(Int32), 0]
+    hbits = UInt16[0x3f80, 0xc000, 0x0001, 0x7f7f, 0x8000, 0x4049]   # BF16 bits, 3 × 2
+    hbits = reshape(hbits, 3, 2)                  # libte [2, 3]
+    ck = Checkpoint()
+    put_tensor!(ck, ctx, "w", W)
+    put_tensor!(ck, ctx, "ids", ids)
+    put_tensor!(ck, ctx, "h", TensorView(hbits, LibTE.TE_DTYPE_BF16))
+    put_bytes!(ck, "step", reinterpret(UInt8, [Int64(42)]))
+    put_bytes!(ck, "empty", UInt8[])
+    for c in (ck, deserialize_checkpoint(serialize_checkpoint(ck)))
+        @test record_info(c, "w") == (kind = :tensor, dtype = LibTE.TE_DTYPE_F32, eltype = Float32,
+                                      dims = (5, 12), shape = (12, 5), size = 60 * 4)
+        @test record_info(c, "ids") == (kind = :tensor, dtype = LibTE.TE_DTYPE_I32, eltype = Int32,
+                                        dims = (5,), shape = (5,), size = 5 * 4)
+        @test record_info(c, "h") == (kind = :tensor, dtype = LibTE.TE_DTYPE_BF16, eltype = UInt16,
+                                      dims = (3, 2), shape = (2, 3), size = 6 * 2)
+        @test record_info(c, "step") == (kind = :bytes, dtype = nothing, eltype = nothing,
+                                         dims = nothing, shape = nothing, size = 8)
+        @test record_info(c, "empty").kind === :bytes && record_info(c, "empty").size == 0
+        # Allocating from the info is enough for get_tensor!.
+        for (name, A) in (("w", W), ("ids", ids), ("h", hbits))
+            info = record_info(c, name)
+            @test info.size == prod(info.dims) * sizeof(info.eltype)
+            out = Array{info.eltype}(undef, info.dims...)
+            @test get_tensor!(TensorView(out, info.dtype), c, ctx, name).data == A
+        end
+    end
+    @test ckpt_invalid(() -> record_info(ck, "nope"), "te_checkpoint_record_info")
+    @test occursin("nope", thrown(() -> record_info(ck, "nope")).message)
+    @test ckpt_invalid(() -> record_info(ck, ""), "te_checkpoint_record_info")
+    @test thrown(() -> record_info(ck, "a\0b")) isa ArgumentError
+    @test length(ck) == 5
+    close(ck)
+    @test_throws ArgumentError record_info(ck, "w")
+end
