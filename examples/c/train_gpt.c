@@ -340,6 +340,7 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
   cfg.act_dtype = hp;
   gpt *m = NULL;
   if (gpt_create(&m, ctx, &cfg)) return 2;
+  printf("[%s] %zu parameters\n", run, gpt_num_params(m));
   const size_t per = (size_t)cfg.batch * (size_t)cfg.seq_len;
   int32_t *tokens = malloc(per * sizeof(int32_t)), *targets = malloc(per * sizeof(int32_t));
   if (tokens == NULL || targets == NULL) {
