@@ -1360,6 +1360,34 @@ void add_training_fixtures(std::vector<Fixture> &t) {
               return std::memcmp(a.buf, kStateBytes.data(), kStateBytes.size()) == 0 ? "" : "buf is not the record";
             }));
   }
+  {
+    using A = args::te_checkpoint_record_info;
+    const char *info_words = "Errors: INVALID_ARGUMENT (NULL ck/name/is_tensor/size, no such record); the outputs are "
+                             "then untouched";
+    t.push_back(
+        Def<A>([](World &w, A &a) {
+          a.ck = w.ck;
+          a.name = "weight";
+          a.is_tensor = &w.keep(int32_t(0));
+          a.shape = &w.keep(te_tensor{});
+          a.size = &w.keep(size_t(0));
+        })
+            .filled("shape")
+            .null_ok("shape", "shape may be NULL")
+            .extra("shape_null", [](World &, A &a) { a.shape = nullptr; }, accept("shape may be NULL"))
+            .extra("byte_record", [](World &, A &a) { a.name = "state"; },
+                   accept("0 for a byte record (*shape untouched)"))
+            .extra("no_such_record", [](World &, A &a) { a.name = "nope"; }, reject({IA}, info_words, "name"))
+            .extra("name_empty", [](World &, A &a) { a.name = ""; }, reject({IA}, names_words, "name"))
+            .check([](World &, const A &a, const CallResult &) -> std::string {
+              const te_tensor &s = *a.shape;
+              if (*a.is_tensor != 1) return "*is_tensor is not 1 for a tensor record";
+              if (s.dtype != TE_DTYPE_F32 || s.ndim != 2 || s.shape[0] != 4 || s.shape[1] != 8)
+                return "*shape is not the record's F32 [4, 8]";
+              if (s.data || s.scale_inv || s.device.type != TE_DEVICE_CPU) return "*shape: data and scale_inv NULL, a CPU device";
+              return *a.size == 4 * 8 * 4 ? "" : "*size is not the payload's 128 bytes";
+            }));
+  }
   t.push_back(Def<args::te_checkpoint_count>([](World &w, args::te_checkpoint_count &a) {
                 a.ck = w.ck;
                 a.count = &w.keep(size_t(0));
