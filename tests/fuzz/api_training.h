@@ -771,6 +771,35 @@ inline void Program::ck_check_model(int slot) {
     const char *name = nullptr;
     FUZZ_ASSERT(TE_CALL(te_checkpoint_name, c.h, i, &name) == TE_SUCCESS && name, "te_checkpoint_name(%zu)", i);
     FUZZ_ASSERT(c.recs.count(name) && names.insert(name).second, "te_checkpoint_name(%zu): '%s' is not a record of the model (or twice)", i, name);
+    // What te_checkpoint_record_info says of it: kind, dtype, shape, payload size.
+    const CkRec &r = c.recs[name];
+    int32_t is_tensor = 7;
+    te_tensor info;
+    std::memset(&info, 0x5C, sizeof info);
+    const te_tensor untouched = info;
+    size_t size = 0;
+    FUZZ_ASSERT(TE_CALL(te_checkpoint_record_info, c.h, name, &is_tensor, &info, &size) == TE_SUCCESS,
+                "te_checkpoint_record_info of a record");
+    FUZZ_ASSERT(size == r.bytes.size() && is_tensor == (r.tensor ? 1 : 0),
+                "te_checkpoint_record_info('%s'): is_tensor %d, size %zu; the model: %d, %zu", name, is_tensor, size,
+                r.tensor ? 1 : 0, r.bytes.size());
+    if (!r.tensor) {
+      FUZZ_ASSERT(std::memcmp(&info, &untouched, sizeof info) == 0, "te_checkpoint_record_info wrote *shape for a byte record");
+    } else {
+      bool same = get_enum(info.dtype) == r.dtype && info.ndim == r.shape.ndim && !info.data && !info.scale_inv &&
+                  info.device.type == TE_DEVICE_CPU;
+      for (int d = 0; same && d < info.ndim; ++d) same = info.shape[d] == r.shape.d[d];
+      FUZZ_ASSERT(same, "te_checkpoint_record_info('%s'): *shape is not the record's dtype and shape", name);
+    }
+  }
+  {
+    int32_t is_tensor = 7;
+    size_t size = 99;
+    const std::string missing = "no such record \x01";
+    if (!c.recs.count(missing))
+      FUZZ_ASSERT(TE_CALL(te_checkpoint_record_info, c.h, missing.c_str(), &is_tensor, nullptr, &size) ==
+                          TE_ERROR_INVALID_ARGUMENT && is_tensor == 7 && size == 99,
+                  "te_checkpoint_record_info of no record must fail and leave the outputs");
   }
   const char *name = sentinel<const char>();
   FUZZ_ASSERT(TE_CALL(te_checkpoint_name, c.h, n, &name) == TE_ERROR_INVALID_ARGUMENT && name == sentinel<const char>(),
