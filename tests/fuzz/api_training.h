@@ -582,6 +582,8 @@ inline void Program::adamw_op() {
         } else if (bv >= 224) {
           p.owner = nullptr;  // "the module handle of owner_kind, or NULL"
         }
+        if (tracing())
+          std::fprintf(stderr, "  (adamw entry %zu: owner kind %d%s)\n", i, get_enum(p.owner_kind), p.owner ? "" : ", NULL");
         if (p.owner) {
           // One module weight owning two params: te.h does not say (the implementation refuses it).
           if (!owners_used.insert(p.owner).second) unbounded = true;
