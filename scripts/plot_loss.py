@@ -304,7 +304,10 @@ def render_png(plot):
     c = Canvas(W, H)
     black, grey, frame = (0, 0, 0), (0xDD, 0xDD, 0xDD), (0x44, 0x44, 0x44)
     right, bottom = W - RIGHT, H - BOTTOM
-    c.text(LEFT, 12, plot.title, black)
+    title = plot.title
+    while len(title) > 4 and text_width(title) > W - 2 * 8:  # the 5x7 font is wide: shorten to fit
+        title = title[:-4].rstrip() + "..."
+    c.text(8, 12, title, black)
     for v in ax.yticks():
         y = int(round(ax.py(v)))
         c.hline(LEFT, right, y, grey)

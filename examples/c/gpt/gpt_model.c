@@ -128,6 +128,9 @@ void gpt_config_default(gpt_config *cfg) {
   cfg->act_dtype = TE_DTYPE_F32;
   cfg->fp8 = 0;
   cfg->amax_history_len = 0;
+  cfg->fp8_recipe = TE_RECIPE_DELAYED_SCALING;
+  cfg->fp8_format = TE_FORMAT_HYBRID;
+  cfg->fprop_split = -1;
   cfg->lr = 3e-3f;
   cfg->weight_decay = 0.1f;
   cfg->max_grad_norm = 1.0f;
@@ -551,9 +554,11 @@ int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
      * so every scale would be the max since step 0 and never follow the gradients as they
      * shrink; 16 steps still smooth batch-to-batch noise (as train_mlp.c). */
     te_recipe_options ro;
-    te_status s = te_recipe_options_init(&ro, TE_RECIPE_DELAYED_SCALING);
-    ro.format = TE_FORMAT_HYBRID;
-    ro.amax_history_len = cfg->amax_history_len > 0 ? cfg->amax_history_len : 16;
+    te_status s = te_recipe_options_init(&ro, (te_recipe_kind)cfg->fp8_recipe);
+    if (cfg->fp8_recipe != TE_RECIPE_BLOCK_SCALING) ro.format = (te_format)cfg->fp8_format;
+    if (cfg->fp8_recipe == TE_RECIPE_DELAYED_SCALING)
+      ro.amax_history_len = cfg->amax_history_len > 0 ? cfg->amax_history_len : 16;
+    if (cfg->fprop_split >= 0) ro.fprop_split_accumulator = cfg->fprop_split;
     if (s == TE_SUCCESS) s = te_recipe_create(&m->recipe, &ro);
     if (s != TE_SUCCESS) {
       fprintf(stderr, "gpt_create: recipe: %s: %s\n", te_status_string(s), te_last_error());

@@ -87,6 +87,9 @@ typedef struct gpt_config {
   te_dtype act_dtype; /* F32 (CPU) or BF16 (GPU); F16 works too */
   int fp8;            /* 1: blocks under an FP8 autocast scope (DELAYED, HYBRID); 0: baseline */
   int amax_history_len; /* the FP8 recipe's amax window; 0: 16 (see gpt_model.c) */
+  int fp8_recipe;       /* te_recipe_kind: DELAYED (default), CURRENT or BLOCK scaling */
+  int fp8_format;       /* te_format: HYBRID (default; BLOCK always E4M3) or E4M3 */
+  int fprop_split;      /* -1 (default): the recipe's (fast accumulation in fprop); 0/1 */
   float lr;           /* default learning rate (gpt_step takes one per step) */
   float weight_decay; /* AdamW's decoupled decay, matrices only */
   float max_grad_norm; /* global gradient-norm clip (0: off) */
