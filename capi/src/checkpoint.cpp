@@ -105,6 +105,9 @@ TE_API te_status te_checkpoint_put_bytes(te_checkpoint *ck, const char *name, co
     Checkpoint *c = to_checkpoint(ck);
     check_record_name(name, "name");
     if (!data && size != 0) fail(Status::InvalidArgument, "argument 'data': NULL with size %zu", size);
+    // No real buffer comes near this (the vector would throw length_error, an internal error).
+    if (size > (SIZE_MAX >> 2))
+      fail(Status::InvalidArgument, "argument 'size': expected at most %zu bytes, got %zu", SIZE_MAX >> 2, size);
     CheckpointRecord r;
     r.name = name;
     r.kind = RecordKind::Bytes;

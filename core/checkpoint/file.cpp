@@ -16,7 +16,7 @@ namespace te {
 namespace {
 
 [[noreturn]] void os_error(const char *what, const std::string &path, int err) {
-  fail(err == ENOMEM ? Status::OutOfMemory : Status::InvalidArgument, "'%s': %s failed: %s", path.c_str(), what,
+  fail(err == ENOMEM ? Status::OutOfMemory : Status::InvalidArgument, "argument 'path': '%s': %s failed: %s", path.c_str(), what,
        std::strerror(err));
 }
 
@@ -121,7 +121,7 @@ std::unique_ptr<Checkpoint> read_checkpoint_file(const std::string &path) {
   } closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0) os_error("fstat", path, errno);
-  if (!S_ISREG(st.st_mode)) fail(Status::InvalidArgument, "'%s': not a regular file", path.c_str());
+  if (!S_ISREG(st.st_mode)) fail(Status::InvalidArgument, "argument 'path': '%s': not a regular file", path.c_str());
   std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < data.size()) {
@@ -134,7 +134,7 @@ std::unique_ptr<Checkpoint> read_checkpoint_file(const std::string &path) {
     got += static_cast<size_t>(r);
   }
   data.resize(got);
-  return parse_checkpoint(data.data(), data.size(), "'" + path + "'", "file");
+  return parse_checkpoint(data.data(), data.size(), "argument 'path': '" + path + "'", "file");
 }
 
 }  // namespace te

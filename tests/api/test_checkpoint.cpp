@@ -485,7 +485,7 @@ TEST_F(Checkpoint, EveryByteFlipAndEveryTruncationIsRefused) {
     f.write(reinterpret_cast<const char *>(bad.data()), static_cast<std::streamsize>(bad.size()));
   }
   EXPECT_TE_FAIL(TE_ERROR_INVALID_ARGUMENT, "te_checkpoint_read", nullptr, te_checkpoint_read(&out, path.c_str()));
-  EXPECT_EQ(te_test::last_error(), "te_checkpoint_read: '" + path + "': checksum mismatch (file corrupted)");
+  EXPECT_EQ(te_test::last_error(), "te_checkpoint_read: argument 'path': '" + path + "': checksum mismatch (file corrupted)");
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char *>(good.data()), 30);

@@ -1565,7 +1565,8 @@ TE_API te_status te_checkpoint_count(const te_checkpoint *ck, size_t *count);
 TE_API te_status te_checkpoint_name(const te_checkpoint *ck, size_t index, const char **name);
 
 /* Errors from the operating system (open, write, fsync, rename) are
- * INVALID_ARGUMENT naming the path and the system's reason; no temporary file
+ * INVALID_ARGUMENT naming the argument 'path', its value and the system's
+ * reason; no temporary file
  * is left behind. */
 TE_API te_status te_checkpoint_write(const te_checkpoint *ck, const char *path);
 TE_API te_status te_checkpoint_read(te_checkpoint **out, const char *path);

@@ -2150,7 +2150,8 @@ function te_checkpoint_name(ck, index, name)
 end
 
 # Errors from the operating system (open, write, fsync, rename) are
-# INVALID_ARGUMENT naming the path and the system's reason; no temporary file
+# INVALID_ARGUMENT naming the argument 'path', its value and the system's
+# reason; no temporary file
 # is left behind.
 # C: te_status te_checkpoint_write(const te_checkpoint *ck, const char *path)
 function te_checkpoint_write(ck, path)
