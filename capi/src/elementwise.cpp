@@ -27,11 +27,6 @@ struct PartNames {
 };
 constexpr PartNames kOutputNames("outputs"), kInputNames("inputs");
 
-bool overlaps(const TensorView &a, const TensorView &b) {
-  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
-  return a.device == b.device && pa < pb + b.bytes() && pb < pa + a.bytes();
-}
-
 // The shared checks of split and concat: `whole` [rows, C] against parts[i] [rows, c_i] with
 // sum c_i = C, one dtype, the context's device, no part overlapping the whole or another part.
 void check_column_parts(Context &c, const TensorView &whole, const char *whole_name, const TensorView *parts,
@@ -46,10 +41,10 @@ void check_column_parts(Context &c, const TensorView &whole, const char *whole_n
     if (parts[i].rows() != rows)
       fail(Status::InvalidArgument, "argument '%s': expected %lld rows (the leading dimensions of '%s'), got %lld",
            name, (long long)rows, whole_name, (long long)parts[i].rows());
-    if (overlaps(parts[i], whole))
+    if (memory_overlaps(parts[i], whole))
       fail(Status::InvalidArgument, "argument '%s': overlaps '%s' (expected separate memory)", name, whole_name);
     for (size_t j = 0; j < i; ++j)
-      if (overlaps(parts[i], parts[j]))
+      if (memory_overlaps(parts[i], parts[j]))
         fail(Status::InvalidArgument, "argument '%s': overlaps %s[%zu]", name, parts_name, j);
     cols += parts[i].cols();
   }

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include "base/check.h"
 
 #include <cstdio>
@@ -62,6 +63,17 @@ void check_same_shape(const TensorView &t, const char *name, const TensorView &r
   if (!same)
     fail(Status::InvalidArgument, "argument '%s': expected the shape of '%s' (%d dims, %lld elements), got %d dims, %lld elements",
          name, ref_name, ref.ndim, (long long)ref.numel(), t.ndim, (long long)t.numel());
+}
+
+bool memory_overlaps(const TensorView &a, const TensorView &b) {
+  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
+  return a.device == b.device && pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
+void check_separate(const TensorView &out, const char *out_name, const TensorView &in, const char *in_name) {
+  if (memory_overlaps(out, in))
+    fail(Status::InvalidArgument, "argument '%s': its memory overlaps that of '%s' (expected separate memory)", out_name,
+         in_name);
 }
 
 void check_fp8_dims(const char *what, int64_t m, int64_t n, int64_t k) {

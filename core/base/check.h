@@ -26,6 +26,10 @@ void check_device(const TensorView &t, const char *name, const Device &expected)
 // t is [rows, cols] when seen as a matrix (leading dims folded), exactly 2-D when `exact_2d`.
 void check_matrix(const TensorView &t, const char *name, int64_t rows, int64_t cols);
 void check_same_shape(const TensorView &t, const char *name, const TensorView &ref, const char *ref_name);
+// Whether two tensors' bytes overlap (on one device), and the check that an output does not
+// overlap an input it is computed from.
+bool memory_overlaps(const TensorView &a, const TensorView &b);
+void check_separate(const TensorView &out, const char *out_name, const TensorView &in, const char *in_name);
 // FP8 GEMM operands and outputs: every dimension a multiple of 16 (cuBLASLt's rule, kept on
 // every backend so that programs behave the same everywhere).
 void check_fp8_dims(const char *what, int64_t m, int64_t n, int64_t k);

@@ -10,20 +10,6 @@
 
 namespace te {
 
-namespace {
-
-bool overlaps(const TensorView &a, const TensorView &b) {
-  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
-  return pa < pb + b.bytes() && pb < pa + a.bytes();
-}
-
-void check_separate(const TensorView &out, const char *out_name, const TensorView &in, const char *in_name) {
-  if (overlaps(out, in))
-    fail(Status::InvalidArgument, "argument '%s': its memory overlaps that of '%s' (expected separate memory)", out_name,
-         in_name);
-}
-
-}  // namespace
 
 void cross_entropy(Context &ctx, const CrossEntropyCall &c) {
   const Device &dev = ctx.device();
