@@ -100,6 +100,9 @@ static void usage(FILE *f, const char *argv0) {
           "  --resume PATH        continue each run from PATH.fp8 / PATH.baseline\n"
           "  -h, --help           this text\n"
           "\n"
+          "GPT_PROFILE=1 in the environment times every libte call of a step alone (the stream\n"
+          "synchronised around each) and prints where a step's time goes.\n"
+          "\n"
           "Exit status: 0 when FP8's final validation loss is within 2%% of the baseline's (or one\n"
           "run was asked for and it finished), 1 when not, 2 on an error.\n",
           argv0);
@@ -469,6 +472,7 @@ static int run_one(te_context *ctx, const options *o, const char *run, int fp8, 
     printf("[%s] done in %.1f s: final val loss %.4f, %.1fk tok/s (training steps only)\n", run,
            now_s() - t_run, val, *tok_s_mean / 1000.0);
   }
+  gpt_profile(m, stdout); /* GPT_PROFILE=1 only */
   free(tokens);
   free(targets);
   gpt_destroy(m);

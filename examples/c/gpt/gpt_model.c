@@ -2,12 +2,14 @@
  * gpt_model.c: the GPT of gpt_model.h, made only of libte calls. See the header for the
  * architecture and the rules (memory, syncs, FP8 scopes, checkpoints).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (GPT_PROFILE) */
 #include "gpt_model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- errors -------------------------------------------------------------------------------- */
 
@@ -25,6 +27,40 @@
 #define TRY_OK(expr)                                                                               \
   do {                                                                                             \
     if ((expr) != 0) return 1;                                                                     \
+  } while (0)
+
+/* ---- profiling (GPT_PROFILE=1) -------------------------------------------------------------- */
+
+/* With GPT_PROFILE=1 the stream is synchronised around every libte call of a step, so each
+ * call's time (GPU work plus host overhead, alone) adds up per function: where a step's time
+ * goes. The steps themselves then run slower than without it. */
+static double prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct gpt;
+static void prof_add(struct gpt *m, const char *call_text, double t0);
+static double prof_start(struct gpt *m);
+
+#define PROFILED(m, call, status)                                                                  \
+  do {                                                                                             \
+    const double prof_t0_ = prof_start(m);                                                         \
+    status = (call);                                                                               \
+    if (prof_t0_ > 0) prof_add((m), #call, prof_t0_);                                              \
+  } while (0)
+
+/* TRY for the calls of a training step: timed under GPT_PROFILE. */
+#define STEP_TRY(m, call)                                                                          \
+  do {                                                                                             \
+    te_status step_try_status_;                                                                    \
+    PROFILED(m, call, step_try_status_);                                                           \
+    if (step_try_status_ != TE_SUCCESS) {                                                          \
+      fprintf(stderr, "gpt: %s failed: %s: %s\n", #call, te_status_string(step_try_status_),      \
+              te_last_error());                                                                    \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 /* ---- parameters ---------------------------------------------------------------------------- */
@@ -114,6 +150,14 @@ struct gpt {
   size_t n_head;
   int weight_cache_ok; /* the FP8 weight caches hold the current weights (set by gpt_step) */
   int64_t steps_done;
+  /* GPT_PROFILE=1 in the environment: each libte call of a step timed alone (gpt_profile) */
+  int profile;
+  int n_prof;
+  struct {
+    char name[48];
+    double seconds;
+    long calls;
+  } prof[48];
 };
 
 void gpt_config_default(gpt_config *cfg) {
@@ -533,6 +577,10 @@ int gpt_create(gpt **out, te_context *ctx, const gpt_config *cfg) {
   }
   if (check_config(cfg) != 0) return 1;
   gpt *m = calloc(1, sizeof *m);
+  if (m) {
+    const char *p = getenv("GPT_PROFILE");
+    m->profile = p != NULL && p[0] == '1';
+  }
   if (m == NULL) {
     fprintf(stderr, "gpt_create: out of host memory\n");
     return 1;
@@ -745,7 +793,8 @@ static int forward_logits(gpt *m) {
 #define STEP(call)                                                                                 \
   do {                                                                                             \
     if (rc == 0) {                                                                                 \
-      te_status step_status_ = (call);                                                             \
+      te_status step_status_;                                                                      \
+      PROFILED(m, call, step_status_);                                                             \
       if (step_status_ != TE_SUCCESS) {                                                            \
         fprintf(stderr, "gpt: %s failed: %s: %s\n", #call, te_status_string(step_status_),        \
                 te_last_error());                                                                  \
@@ -843,9 +892,9 @@ static int backward(gpt *m) {
   te_tensor rs = vec(m, m->rsigma, TE_DTYPE_F32, m->n_tokens);
 
   /* head (dlogits are in the logits' buffer): dW, and dh the gradient of the final norm's output */
-  TRY(te_linear_backward_from(m->ctx, m->head, &m->ha, m->r_head, m->n_head, &m->t_logits, &dh,
+  STEP_TRY(m, te_linear_backward_from(m->ctx, m->head, &m->ha, m->r_head, m->n_head, &m->t_logits, &dh,
                               &m->params[m->w_head].grad, NULL, &once));
-  TRY(te_norm_backward(m->ctx, NULL, &dh, &xf, W(m->lnf_g), &mu, &rs, &dres,
+  STEP_TRY(m, te_norm_backward(m->ctx, NULL, &dh, &xf, W(m->lnf_g), &mu, &rs, &dres,
                        &m->params[m->lnf_g].grad, &m->params[m->lnf_b].grad));
 
   te_tensor freqs = mat(m, m->freqs, TE_DTYPE_F32, c->seq_len, m->head_dim / 2);
@@ -864,24 +913,24 @@ static int backward(gpt *m) {
     mg.dfc1_bias = &m->params[b->fc1_b].grad;
     mg.dfc2_weight = &m->params[b->fc2_w].grad;
     mg.dfc2_bias = &m->params[b->fc2_b].grad;
-    TRY(te_layernorm_mlp_backward_from(m->ctx, b->mlp, &b->ma, b->r_mlp, b->n_mlp, &dres, &mg,
+    STEP_TRY(m, te_layernorm_mlp_backward_from(m->ctx, b->mlp, &b->ma, b->r_mlp, b->n_mlp, &dres, &mg,
                                        &once));
-    TRY(te_add(m->ctx, &dres, &dtmp, &dmid));
+    STEP_TRY(m, te_add(m->ctx, &dres, &dtmp, &dmid));
 
     /* attention: x_mid = x + proj(attn(rope(q), rope(k), v)); proj's dx lands in dtmp */
-    TRY(te_linear_backward_from(m->ctx, b->proj, &b->pa, b->r_proj, b->n_proj, &dmid, &dtmp,
+    STEP_TRY(m, te_linear_backward_from(m->ctx, b->proj, &b->pa, b->r_proj, b->n_proj, &dmid, &dtmp,
                                 &m->params[b->w_proj].grad, &m->params[b->b_proj].grad, &once));
     te_attention_grads ag;
     TRY(te_attention_grads_init(&ag));
     ag.dq = &dq;
     ag.dk = &dk;
     ag.dv = &dv;
-    TRY(te_attention_backward_from(m->ctx, b->attn, &b->aa, &b->t_o, b->r_attn, b->n_attn, &dob,
+    STEP_TRY(m, te_attention_backward_from(m->ctx, b->attn, &b->aa, &b->t_o, b->r_attn, b->n_attn, &dob,
                                    &ag, &once));
-    TRY(te_rope_backward(m->ctx, NULL, &dq, &freqs, NULL, &dq)); /* the inverse rotation */
-    TRY(te_rope_backward(m->ctx, NULL, &dk, &freqs, NULL, &dk));
+    STEP_TRY(m, te_rope_backward(m->ctx, NULL, &dq, &freqs, NULL, &dq)); /* the inverse rotation */
+    STEP_TRY(m, te_rope_backward(m->ctx, NULL, &dk, &freqs, NULL, &dk));
     const te_tensor *parts[3] = {&dq2, &dk2, &dv2};
-    TRY(te_concat_columns(m->ctx, parts, 3, &dqkv));
+    STEP_TRY(m, te_concat_columns(m->ctx, parts, 3, &dqkv));
 
     te_layernorm_linear_grads lg;
     TRY(te_layernorm_linear_grads_init(&lg));
@@ -891,20 +940,20 @@ static int backward(gpt *m) {
     lg.dw = &m->params[b->w_qkv].grad;
     lg.db = &m->params[b->b_qkv].grad;
     /* Block 0's QKV is the pass's first FP8 module: its backward updates the gradient scales. */
-    TRY(te_layernorm_linear_backward_from(m->ctx, b->qkv, &b->la, b->r_qkv, b->n_qkv, &dqkv, &lg,
+    STEP_TRY(m, te_layernorm_linear_backward_from(m->ctx, b->qkv, &b->la, b->r_qkv, b->n_qkv, &dqkv, &lg,
                                           &once));
-    TRY(te_add(m->ctx, &dmid, &dtmp, &dres));
+    STEP_TRY(m, te_add(m->ctx, &dmid, &dtmp, &dres));
   }
 
   te_tensor tokens = vec(m, m->tokens, TE_DTYPE_I32, m->n_tokens);
-  TRY(te_embedding_backward(m->ctx, &tokens, &dres, &m->params[m->wte].grad, 0));
+  STEP_TRY(m, te_embedding_backward(m->ctx, &tokens, &dres, &m->params[m->wte].grad, 0));
   return 0;
 }
 
 static int loss_and_grad(gpt *m, int with_grad) {
   te_tensor targets = vec(m, m->targets, TE_DTYPE_I32, m->n_tokens);
   te_tensor loss = vec(m, m->loss, TE_DTYPE_F32, 1);
-  TRY(te_cross_entropy(m->ctx, NULL, &m->t_logits, &targets, &loss,
+  STEP_TRY(m, te_cross_entropy(m->ctx, NULL, &m->t_logits, &targets, &loss,
                        with_grad ? &m->t_logits : NULL)); /* dlogits in place */
   return 0;
 }
@@ -974,7 +1023,7 @@ int gpt_step(gpt *m, float lr, int64_t step) {
     o.weight_decay = m->cfg.weight_decay;
     o.step = step;
     o.max_grad_norm = m->cfg.max_grad_norm;
-    s = te_adamw_step(m->ctx, &o, m->adamw, m->n_params);
+    PROFILED(m, te_adamw_step(m->ctx, &o, m->adamw, m->n_params), s);
   }
   if (s != TE_SUCCESS) {
     fprintf(stderr, "gpt_step: te_adamw_step failed: %s: %s\n", te_status_string(s),
@@ -1272,4 +1321,53 @@ int gpt_load(gpt *m, const char *path, void *extra, size_t extra_size) {
   free(mods);
   te_checkpoint_destroy(ck);
   return rc;
+}
+
+/* ---- profiling ------------------------------------------------------------------------------- */
+
+static double prof_start(gpt *m) {
+  if (!m->profile) return 0;
+  te_context_synchronize(m->ctx); /* what earlier calls queued is not this call's time */
+  return prof_now();
+}
+
+static void prof_add(gpt *m, const char *call_text, double t0) {
+  te_context_synchronize(m->ctx); /* the call's queued work is its time */
+  const double seconds = prof_now() - t0;
+  size_t len = strcspn(call_text, "(");
+  if (len >= sizeof m->prof[0].name) len = sizeof m->prof[0].name - 1;
+  int i = 0;
+  while (i < m->n_prof && (strncmp(m->prof[i].name, call_text, len) != 0 || m->prof[i].name[len] != '\0'))
+    ++i;
+  if (i == m->n_prof) {
+    if (m->n_prof == (int)(sizeof m->prof / sizeof m->prof[0])) return;
+    memcpy(m->prof[i].name, call_text, len);
+    m->prof[i].name[len] = '\0';
+    m->n_prof++;
+  }
+  m->prof[i].seconds += seconds;
+  m->prof[i].calls += 1;
+}
+
+void gpt_profile(const gpt *m, FILE *out) {
+  if (m == NULL || !m->profile || m->n_prof == 0) return;
+  double total = 0;
+  for (int i = 0; i < m->n_prof; ++i) total += m->prof[i].seconds;
+  int order[48];
+  for (int i = 0; i < m->n_prof; ++i) order[i] = i;
+  for (int i = 1; i < m->n_prof; ++i) /* by time, largest first */
+    for (int k = i; k > 0 && m->prof[order[k]].seconds > m->prof[order[k - 1]].seconds; --k) {
+      const int t = order[k];
+      order[k] = order[k - 1];
+      order[k - 1] = t;
+    }
+  fprintf(out, "profile (GPT_PROFILE=1: the stream synchronised around each call; %lld steps):\n",
+          (long long)m->steps_done);
+  fprintf(out, "  %-40s %8s %10s %10s %6s\n", "call", "calls", "total ms", "per call", "share");
+  for (int r = 0; r < m->n_prof; ++r) {
+    const int i = order[r];
+    fprintf(out, "  %-40s %8ld %10.2f %10.4f %5.1f%%\n", m->prof[i].name, m->prof[i].calls,
+            1e3 * m->prof[i].seconds, 1e3 * m->prof[i].seconds / (double)m->prof[i].calls,
+            100.0 * m->prof[i].seconds / total);
+  }
 }

@@ -70,6 +70,7 @@
 #include <te/te.h>
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -143,6 +144,11 @@ int gpt_param(gpt *m, size_t i, const char **name, te_tensor *master, te_tensor 
 /* After the caller edits master weights (tests): rewrite the model-dtype copies and make the
  * next forward re-quantize the FP8 weights. */
 int gpt_refresh_model_weights(gpt *m);
+
+/* With GPT_PROFILE=1 in the environment at gpt_create, every libte call of a training step is
+ * timed alone (the stream synchronised around it): prints the time per function, largest
+ * first. Nothing otherwise. */
+void gpt_profile(const gpt *m, FILE *out);
 
 #ifdef __cplusplus
 }
