@@ -67,7 +67,9 @@ void CudaBackend::plan_attention_backward(const AttentionBackwardArgs &args, Scr
 
 void CudaBackend::rope(const RopeArgs &args) {
   DeviceGuard g(device_);
-  rope_kernel(args, stream_);
+  // Taken before anything is written: running out of memory leaves y as it was.
+  Buffer table(this, rope_table_bytes(args));
+  rope_kernel(args, stream_, table.floats());
 }
 
 CudaBackend::AttentionImpl CudaBackend::attention_impl_from_env() {

@@ -15,6 +15,9 @@ size_t attention_forward_scratch_bytes(const AttentionForwardArgs &args);
 size_t attention_backward_scratch_bytes(const AttentionBackwardArgs &args);
 void attention_forward_kernels(Backend &be, const AttentionForwardArgs &args, cudaStream_t stream);
 void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, cudaStream_t stream);
-void rope_kernel(const RopeArgs &args, cudaStream_t stream);
+// table: scratch of rope_table_bytes(args) bytes (nullptr when that is 0): the angles' cos and
+// sin computed once per call.
+size_t rope_table_bytes(const RopeArgs &args);
+void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table);
 
 }  // namespace te::cuda

@@ -92,9 +92,15 @@ __global__ void row_offsets_kernel(const uint32_t *__restrict__ keys, int64_t n,
   offsets[r] = static_cast<uint32_t>(lo);
 }
 
+// Each block sums its row's tokens (in increasing t, the order the stable sort kept) over its
+// columns. The tokens' values are loaded kBatch at a time before they are added in order: the
+// adds stay one dependent chain per column (the definition), but the loads overlap, so a row
+// holding many tokens (a frequent byte) waits for memory once per batch, not once per token.
+template <DType kDy>
 __global__ void __launch_bounds__(kSumThreads)
     row_sum_kernel(const uint32_t *__restrict__ offsets, const uint32_t *__restrict__ tokens, const void *__restrict__ dy,
-                   DType dy_t, int64_t dim, bool accumulate, float *__restrict__ dtable) {
+                   int64_t dim, bool accumulate, float *__restrict__ dtable) {
+  constexpr uint32_t kBatch = 8;
   __shared__ uint32_t tile[kSumThreads];
   const int64_t row = blockIdx.x;
   const uint32_t begin = offsets[row], end = offsets[row + 1];
@@ -118,12 +124,29 @@ __global__ void __launch_bounds__(kSumThreads)
     __syncthreads();  // the previous tile is no longer read
     if (threadIdx.x < count) tile[threadIdx.x] = tokens[k0 + threadIdx.x];
     __syncthreads();
-    for (uint32_t k = 0; k < count; ++k) {
+    uint32_t k = 0;
+    for (; k + kBatch <= count; k += kBatch) {
+      float v[kBatch][kColsPerThread];
+#pragma unroll
+      for (uint32_t j = 0; j < kBatch; ++j) {
+        const int64_t base = static_cast<int64_t>(tile[k + j]) * dim;
+#pragma unroll
+        for (int i = 0; i < kColsPerThread; ++i) {
+          const int64_t c = c0 + i * kSumThreads;
+          v[j][i] = c < dim ? dev_load_as_float(dy, kDy, base + c) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (uint32_t j = 0; j < kBatch; ++j)
+#pragma unroll
+        for (int i = 0; i < kColsPerThread; ++i) s[i] = __fadd_rn(s[i], v[j][i]);
+    }
+    for (; k < count; ++k) {
       const int64_t base = static_cast<int64_t>(tile[k]) * dim;
 #pragma unroll
       for (int i = 0; i < kColsPerThread; ++i) {
         const int64_t c = c0 + i * kSumThreads;
-        if (c < dim) s[i] = __fadd_rn(s[i], dev_load_as_float(dy, dy_t, base + c));
+        if (c < dim) s[i] = __fadd_rn(s[i], dev_load_as_float(dy, kDy, base + c));
       }
     }
   }
@@ -206,8 +229,18 @@ void CudaBackend::embedding_backward(const EmbeddingBackwardArgs &a) {
       keys_out, n, vocab, offsets);
   TE_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>(vocab), static_cast<unsigned>((dim + kChunkCols - 1) / kChunkCols));
-  row_sum_kernel<<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, a.dy.dtype, dim, a.accumulate,
-                                                     static_cast<float *>(a.dtable.data));
+  float *dtable = static_cast<float *>(a.dtable.data);
+  switch (a.dy.dtype) {
+    case DType::BF16:
+      row_sum_kernel<DType::BF16><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      break;
+    case DType::F16:
+      row_sum_kernel<DType::F16><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      break;
+    default:
+      row_sum_kernel<DType::F32><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      break;
+  }
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,7 @@ struct RopeParams {
   int64_t tokens, heads, head_dim, half, extra, positions;
   int64_t seq_len, batch;
   const int32_t *cu;
+  const float *table;  // optional: cos then sin of every freqs entry, [2][positions * half]
   bool interleaved, inverse;
 };
 
@@ -66,10 +67,15 @@ __global__ void rope_kernel_impl(RopeParams p) {
     }
     const int64_t k = item;
     const int64_t pos = clamp64(pos0, 0, p.positions - 1);
-    const float angle = p.freqs[pos * p.half + k];
-    const double a = static_cast<double>(angle);
-    const float c = static_cast<float>(cos(a));
-    float s = static_cast<float>(sin(a));
+    float c, s;
+    if (p.table) {
+      c = p.table[pos * p.half + k];
+      s = p.table[p.positions * p.half + pos * p.half + k];
+    } else {
+      const double a = static_cast<double>(p.freqs[pos * p.half + k]);
+      c = static_cast<float>(cos(a));
+      s = static_cast<float>(sin(a));
+    }
     if (p.inverse) s = -s;
     const int64_t d1 = p.interleaved ? 2 * k : k;
     const int64_t d2 = p.interleaved ? 2 * k + 1 : k + p.half;
@@ -82,9 +88,28 @@ __global__ void rope_kernel_impl(RopeParams p) {
   }
 }
 
+// cos and sin of every angle of freqs, exactly as rope_kernel_impl computes them inline (double,
+// rounded to float): the same bits, but each angle once instead of once per token and head.
+__global__ void rope_table_kernel(const float *freqs, int64_t n, float *table) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double a = static_cast<double>(freqs[i]);
+    table[i] = static_cast<float>(cos(a));
+    table[n + i] = static_cast<float>(sin(a));
+  }
+}
+
 }  // namespace
 
-void rope_kernel(const RopeArgs &args, cudaStream_t stream) {
+size_t rope_table_bytes(const RopeArgs &args) {
+  const int64_t half = args.rot_dim / 2, entries = args.freqs.rows() * half;
+  // Worth it when the angles are fewer than the rotated pairs (they are many times fewer in
+  // training: every token of every head reuses its position's angles).
+  if (half <= 0 || entries <= 0 || entries >= args.tokens * args.heads * half) return 0;
+  return static_cast<size_t>(2 * entries) * sizeof(float);
+}
+
+void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table) {
   RopeParams p;
   p.x = args.x.data;
   p.y = args.y.data;
@@ -102,6 +127,14 @@ void rope_kernel(const RopeArgs &args, cudaStream_t stream) {
   p.cu = args.cu_seqlens;
   p.interleaved = args.interleaved;
   p.inverse = args.inverse;
+  p.table = nullptr;
+  if (table && p.half > 0 && p.positions > 0) {
+    const int64_t n = p.positions * p.half;
+    const int64_t tb = std::min<int64_t>((n + 255) / 256, 4096);
+    rope_table_kernel<<<static_cast<unsigned>(tb), 256, 0, stream>>>(p.freqs, n, table);
+    TE_CUDA_CHECK_LAUNCH();
+    p.table = table;
+  }
   const int64_t total = p.tokens * p.heads * (p.half + p.extra);
   if (total <= 0) return;
   if (p.positions <= 0 && p.half > 0) return;  // the core never passes this

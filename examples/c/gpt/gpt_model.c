@@ -153,6 +153,7 @@ struct gpt {
   /* GPT_PROFILE=1 in the environment: each libte call of a step timed alone (gpt_profile) */
   int profile;
   int n_prof;
+  int64_t prof_from; /* the profile covers the steps after this one */
   struct {
     char name[48];
     double seconds;
@@ -1031,6 +1032,12 @@ int gpt_step(gpt *m, float lr, int64_t step) {
     return 1;
   }
   m->steps_done = step;
+  /* The profile leaves out the first 3 steps: one-time work (cuBLASLt algorithm choice, cuDNN
+   * plans and kernel compilation) would otherwise hide the steady state. */
+  if (m->profile && step == 3) {
+    m->n_prof = 0;
+    m->prof_from = step;
+  }
   /* AdamW re-quantized every module's FP8 weight from the new weights. */
   m->weight_cache_ok = 1;
   return 0;
@@ -1343,6 +1350,8 @@ static void prof_add(gpt *m, const char *call_text, double t0) {
     if (m->n_prof == (int)(sizeof m->prof / sizeof m->prof[0])) return;
     memcpy(m->prof[i].name, call_text, len);
     m->prof[i].name[len] = '\0';
+    m->prof[i].seconds = 0;
+    m->prof[i].calls = 0;
     m->n_prof++;
   }
   m->prof[i].seconds += seconds;
@@ -1361,8 +1370,10 @@ void gpt_profile(const gpt *m, FILE *out) {
       order[k] = order[k - 1];
       order[k - 1] = t;
     }
-  fprintf(out, "profile (GPT_PROFILE=1: the stream synchronised around each call; %lld steps):\n",
-          (long long)m->steps_done);
+  fprintf(out,
+          "profile (GPT_PROFILE=1: the stream synchronised around each call; steps %lld..%lld, "
+          "evaluation forwards included):\n",
+          (long long)m->prof_from + 1, (long long)m->steps_done);
   fprintf(out, "  %-40s %8s %10s %10s %6s\n", "call", "calls", "total ms", "per call", "share");
   for (int r = 0; r < m->n_prof; ++r) {
     const int i = order[r];
