@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <charconv>
+#include <cstring>
 #include <vector>
 
 #include "capi_common.h"
@@ -20,10 +22,22 @@ namespace {
 // Far beyond any model's parameter count, small enough that the host-side list stays cheap.
 constexpr size_t kMaxParams = size_t(1) << 20;
 
-// "params[i].field" for messages.
+// "params[i].field" for messages. Built for every field of every entry on each step (the checks
+// take names up front), so with std::to_chars and copies rather than a printf-style format.
 struct FieldName {
   char s[64];
-  FieldName(size_t i, const char *field) { std::snprintf(s, sizeof s, "params[%zu].%s", i, field); }
+  FieldName(size_t i, const char *field) {
+    static constexpr char kHead[] = "params[";
+    char *p = s;
+    std::memcpy(p, kHead, sizeof kHead - 1);
+    p += sizeof kHead - 1;
+    p = std::to_chars(p, s + 28, i).ptr;  // at most 20 digits
+    *p++ = ']';
+    *p++ = '.';
+    const size_t n = std::min(std::strlen(field), static_cast<size_t>(s + sizeof s - 1 - p));
+    std::memcpy(p, field, n);
+    p[n] = '\0';
+  }
   operator const char *() const { return s; }
 };
 
@@ -38,8 +52,6 @@ void check_numel(const TensorView &t, const char *name, int64_t numel) {
     fail(Status::InvalidArgument, "argument '%s': expected %lld elements (those of the param), got %lld", name,
          (long long)numel, (long long)t.numel());
 }
-
-size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : t == DType::I32 ? 4 : is_fp8(t) ? 1 : 2; }
 
 // The memory of one tensor of the list, for the overlap check.
 struct Span {
@@ -243,7 +255,7 @@ TE_API te_status te_adamw_step(te_context *ctx, const te_adamw_options *opts, co
       }
       auto span = [&](const TensorView &t, const char *field, bool written) {
         const auto b = reinterpret_cast<uintptr_t>(t.data);
-        spans.push_back(Span{b, b + static_cast<uintptr_t>(t.numel()) * dtype_bytes(t.dtype), i, field, written});
+        spans.push_back(Span{b, b + static_cast<uintptr_t>(t.numel()) * dtype_size(t.dtype), i, field, written});
       };
       span(a.param, "param", true);
       span(a.grad, "grad", false);
