@@ -11,11 +11,31 @@
 //    scale modes (cuBLASLt 12.9+), with the scale arrays rearranged into its layouts; where it
 //    has no algorithm (or TE_CUDA_BLOCK_GEMM=fallback is set, for testing), the operands are
 //    dequantized per block to fp32 and multiplied by an fp32 GEMM.
+//
+// Algorithm choice, once per plan key (the plan's first call) and never again:
+//  - the heuristic is asked for up to kMaxCandidates algorithms. A GEMM of >= 2^33 flops (the
+//    ~1 ms class, where the heuristic's top-1 can be some percent off the best) is timed: each
+//    candidate runs 1 + kTimedRuns times on the stream between cudaEvents (one host sync per
+//    candidate) and the lowest median wins (ties and failed candidates: the earlier one). Smaller
+//    GEMMs, and every key first seen while the stream is capturing a graph, take the heuristic's
+//    #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
+//    timed key (each candidate's median, the choice). Both are read when the LtGemm is made.
+//  - the timing runs write D (and the pre-GELU output) to scratch of the same dtypes, zeroed
+//    first so that beta = 1 reads zeros; the caller's A, B, scales and bias are only read.
+//    Scratch comes from the backend's pool (256-byte aligned, so at least the key's alignment
+//    class, for which the candidates were filtered). No scratch (OutOfMemory): heuristic #0.
+//  - the choice is stored in the plan, which lives as long as the LtGemm: eager calls and graphs
+//    captured before or after all run the same algorithm, so results stay bit-identical. The
+//    cached path does nothing new (no lookup, allocation or sync beyond the plan's).
 #include "backends/cuda/lt_gemm.h"
 
+#include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 
 #include "backends/cuda/cuda_check.h"
@@ -67,6 +87,43 @@ DType lt_bias_dtype(DType in, DType out) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Algorithm choice (see the header comment).
+constexpr int kMaxCandidates = 16;  // heuristic results asked for
+constexpr int kTimedRuns = 5;       // per candidate, after one warm-up run
+constexpr double kTuneMinFlops = 8589934592.0;  // 2^33: 2 m n k below this keeps heuristic #0
+
+// An environment switch read once: unset or empty -> `unset`, "0" -> false, anything else -> true.
+bool env_switch(const char *name, bool unset) {
+  const char *e = std::getenv(name);
+  if (!e || !e[0]) return unset;
+  return std::strcmp(e, "0") != 0;
+}
+
+// The cudaEvents that bracket one candidate's timed runs, destroyed whatever happens.
+struct TimingEvents {
+  std::array<cudaEvent_t, kTimedRuns + 1> e{};
+  void create() {
+    for (auto &x : e) TE_CUDA_CHECK(cudaEventCreate(&x));
+  }
+  ~TimingEvents() {
+    for (auto x : e)
+      if (x) cudaEventDestroy(x);
+  }
+};
+
+// Lets this thread make the timing's calls (cudaEventSynchronize, ...) while another thread
+// captures a graph in global mode: they touch only this (non-capturing) stream and scratch.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
+  RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
 
 struct PlanKey {
   int64_t m = 0, n = 0, k = 0;
@@ -128,6 +185,8 @@ struct LtGemm::Impl {
   cublasLtHandle_t handle = nullptr;
   bool block_modes = false;     // this cuBLASLt has VEC128_32F / BLK128x128_32F
   bool force_fallback = false;  // TE_CUDA_BLOCK_GEMM=fallback
+  bool tune = true;             // TE_GEMM_TUNE != 0: time the candidates of large GEMMs
+  bool tune_log = false;        // TE_GEMM_TUNE_LOG=1: one stderr line per timed key
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
 
   ~Impl() {
@@ -158,7 +217,108 @@ struct LtGemm::Impl {
     if (!key.split && key.aux_out) set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void *>(p.aux));
   }
 
-  Plan make_plan(const PlanKey &key, const Pointers &ptrs, size_t workspace_bytes) {
+  // Whether a new plan's candidates are timed: tuning on, several candidates, a large GEMM, a
+  // clean CUDA error state (a pending error is the caller's to see) and a stream that is not
+  // capturing (a key first seen in capture keeps heuristic #0 for good).
+  bool should_tune(const PlanKey &key, int candidates, cudaStream_t stream) const {
+    if (!tune || candidates < 2) return false;
+    if (2.0 * double(key.m) * double(key.n) * double(key.k) < kTuneMinFlops) return false;
+    if (cudaPeekAtLastError() != cudaSuccess) return false;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      // The legacy stream while another stream captures: not timed. The query's error is ours.
+      (void)cudaGetLastError();
+      return false;
+    }
+    return capture == cudaStreamCaptureStatusNone;
+  }
+
+  // Times each candidate into scratch outputs and returns the index of the fastest (0 when none
+  // ran or no scratch could be had). One host sync per candidate; the caller's D is not touched.
+  int choose_algo(const PlanKey &key, Plan &p, const cublasLtMatmulHeuristicResult_t *cand, int count,
+                  const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    RelaxedCaptureMode relaxed;
+    const size_t elements = static_cast<size_t>(key.m) * static_cast<size_t>(key.n);
+    const size_t d_bytes = elements * dtype_size(key.d);
+    const bool aux = !key.split && key.aux_out;
+    Buffer d, aux_out;
+    try {
+      d = Buffer(&be, d_bytes);
+      if (aux) aux_out = Buffer(&be, elements * dtype_size(key.aux));
+    } catch (const Error &e) {
+      if (e.status() != Status::OutOfMemory) throw;
+      (void)cudaGetLastError();  // the failed allocation's error (not sticky)
+      return 0;
+    }
+    TE_CUDA_CHECK(cudaMemsetAsync(d.get(), 0, d_bytes, stream));
+    Pointers scratch = ptrs;
+    scratch.d = d.get();
+    scratch.aux = aux ? aux_out.get() : nullptr;
+    set_pointers(key, p.desc, scratch);  // matmul() sets the caller's pointers again at each call
+    TimingEvents ev;
+    ev.create();
+
+    const float alpha = 1.0f, beta = key.accumulate ? 1.0f : 0.0f;
+    std::array<float, kMaxCandidates> median;
+    median.fill(-1.0f);  // < 0: failed
+    for (int i = 0; i < count; ++i) {
+      if (cand[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      auto run = [&] {
+        return api.matmul(handle, p.desc, &alpha, scratch.b, p.a, scratch.a, p.b, &beta, scratch.d, p.d, scratch.d,
+                          p.d, &cand[i].algo, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+      };
+      bool ok = run();  // warm-up
+      for (int r = 0; ok && r < kTimedRuns; ++r) {
+        TE_CUDA_CHECK(cudaEventRecord(ev.e[r], stream));
+        ok = run();
+      }
+      // A launch error of this candidate's kernel (not sticky) fails the candidate only; a sticky
+      // one fails the next CUDA call below.
+      if (cudaGetLastError() != cudaSuccess) ok = false;
+      if (!ok) continue;
+      TE_CUDA_CHECK(cudaEventRecord(ev.e[kTimedRuns], stream));
+      TE_CUDA_CHECK(cudaEventSynchronize(ev.e[kTimedRuns]));
+      std::array<float, kTimedRuns> ms{};
+      for (int r = 0; r < kTimedRuns; ++r) TE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev.e[r], ev.e[r + 1]));
+      std::sort(ms.begin(), ms.end());
+      median[i] = ms[kTimedRuns / 2];
+    }
+    int best = -1;
+    for (int i = 0; i < count; ++i)
+      if (median[i] >= 0.0f && (best < 0 || median[i] < median[best])) best = i;  // ties: the earlier
+    if (best < 0) best = 0;
+    if (tune_log) log_choice(key, median.data(), count, best);
+    return best;
+  }
+
+  // Off the hot path (plan creation, TE_GEMM_TUNE_LOG=1 only).
+  static void log_choice(const PlanKey &key, const float *median, int count, int best) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "te: gemm tune m=%lld n=%lld k=%lld %sx%s->%s", static_cast<long long>(key.m),
+                  static_cast<long long>(key.n), static_cast<long long>(key.k), dtype_name(key.a), dtype_name(key.b),
+                  dtype_name(key.d));
+    std::string line = buf;
+    std::snprintf(buf, sizeof buf, " fast_accum=%d accumulate=%d epilogue=%d split=%d scaling=%d/%d ms:",
+                  int(key.fast_accum), int(key.accumulate), int(key.epilogue), int(key.split), int(key.sa),
+                  int(key.sb));
+    line += buf;
+    for (int i = 0; i < count; ++i) {
+      if (median[i] >= 0.0f)
+        std::snprintf(buf, sizeof buf, " #%d %.4f", i, double(median[i]));
+      else
+        std::snprintf(buf, sizeof buf, " #%d failed", i);
+      line += buf;
+    }
+    if (median[0] > 0.0f && median[best] >= 0.0f)
+      std::snprintf(buf, sizeof buf, " -> #%d (%.3fx #0's speed)", best, double(median[0] / median[best]));
+    else
+      std::snprintf(buf, sizeof buf, " -> #%d", best);
+    line += buf;
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  Plan make_plan(const PlanKey &key, const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
     Plan p;
     try {
       api.check(api.matmul_desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -203,7 +363,7 @@ struct LtGemm::Impl {
 
       cublasLtMatmulPreference_t pref = nullptr;
       api.check(api.matmul_preference_create(&pref), "cublasLtMatmulPreferenceCreate");
-      cublasLtMatmulHeuristicResult_t result{};
+      std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
       int found = 0;
       cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
       auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto &v) {
@@ -215,14 +375,19 @@ struct LtGemm::Impl {
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.align_d));
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.align_d));
       if (st == CUBLAS_STATUS_SUCCESS)
-        st = api.matmul_algo_get_heuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+        st = api.matmul_algo_get_heuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, kMaxCandidates, results.data(),
+                                           &found);
       api.matmul_preference_destroy(pref);
       if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
         destroy(p);  // supported stays false
         return p;
       }
       api.check(st, "cublasLtMatmulAlgoGetHeuristic");
-      p.algo = result.algo;
+      found = std::min(found, kMaxCandidates);
+      int chosen = 0;
+      if (should_tune(key, found, stream))
+        chosen = choose_algo(key, p, results.data(), found, ptrs, be, workspace, workspace_bytes, stream);
+      p.algo = results[chosen].algo;
       p.supported = true;
       return p;
     } catch (...) {
@@ -231,10 +396,11 @@ struct LtGemm::Impl {
     }
   }
 
-  Plan &plan(const PlanKey &key, const Pointers &ptrs, size_t workspace_bytes) {
+  Plan &plan(const PlanKey &key, const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes,
+             cudaStream_t stream) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
-    Plan p = make_plan(key, ptrs, workspace_bytes);
+    Plan p = make_plan(key, ptrs, be, workspace, workspace_bytes, stream);
     return plans.emplace(key, p).first->second;
   }
 
@@ -285,7 +451,7 @@ struct LtGemm::Impl {
       p.d = g.d.data;
       p.bias = bias ? g.bias.data : nullptr;
       p.aux = aux_out ? g.gelu_input.data : nullptr;
-      Plan &plan_direct = plan(direct, p, workspace_bytes);
+      Plan &plan_direct = plan(direct, p, be, workspace, workspace_bytes, stream);
       if (plan_direct.supported) {
         matmul(direct, plan_direct, p, g.accumulate, workspace, workspace_bytes, stream);
         return true;
@@ -299,7 +465,7 @@ struct LtGemm::Impl {
     split.align_d = alignment(product.get());
     Pointers p = ptrs;
     p.d = product.get();
-    Plan &plan_split = plan(split, p, workspace_bytes);
+    Plan &plan_split = plan(split, p, be, workspace, workspace_bytes, stream);
     if (!plan_split.supported) return false;
     matmul(split, plan_split, p, false, workspace, workspace_bytes, stream);
     finish(g, product.floats(), stream);
@@ -367,6 +533,8 @@ LtGemm::LtGemm(int device) : impl_(std::make_unique<Impl>()) {
   impl_->block_modes = impl_->api.get_version() >= 120900;
   const char *mode = std::getenv("TE_CUDA_BLOCK_GEMM");
   impl_->force_fallback = mode != nullptr && std::strcmp(mode, "fallback") == 0;
+  impl_->tune = env_switch("TE_GEMM_TUNE", true);
+  impl_->tune_log = env_switch("TE_GEMM_TUNE_LOG", false);
 }
 
 LtGemm::~LtGemm() = default;
