@@ -179,15 +179,23 @@ void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidde
   te_context_free(ctx, f);
 }
 
-void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k) {
+// sa / sb: the operands' scaling (per tensor, or block-scaled as the block recipe's GEMMs:
+// activations 1x128, weights 128x128).
+void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k,
+                te_scaling_mode sa = TE_SCALING_PER_TENSOR, te_scaling_mode sb = TE_SCALING_PER_TENSOR) {
   // Random FP8 operands: quantize random BF16 (current scaling) once.
   DeviceBf16 a16(ctx, static_cast<size_t>(m * k), 1.0f, 2), b16(ctx, static_cast<size_t>(n * k), 1.0f, 3);
   void *a = device_alloc(ctx, static_cast<size_t>(m * k)), *b = device_alloc(ctx, static_cast<size_t>(n * k));
   void *d = device_alloc(ctx, static_cast<size_t>(m * n) * 2);
-  float *sinv = static_cast<float *>(device_alloc(ctx, sizeof(float)));
-  float *sinv_b = static_cast<float *>(device_alloc(ctx, sizeof(float)));
   te_tensor ta16 = tensor(a16.ptr, TE_DTYPE_BF16, m, k, dev), tb16 = tensor(b16.ptr, TE_DTYPE_BF16, n, k, dev);
   te_tensor ta = tensor(a, TE_DTYPE_E4M3, m, k, dev), tb = tensor(b, TE_DTYPE_E4M3, n, k, dev);
+  ta.scaling = sa;
+  tb.scaling = sb;
+  int64_t na = 0, nb = 0;
+  CHECK(te_tensor_scale_inv_count(&na, &ta));
+  CHECK(te_tensor_scale_inv_count(&nb, &tb));
+  float *sinv = static_cast<float *>(device_alloc(ctx, static_cast<size_t>(na) * sizeof(float)));
+  float *sinv_b = static_cast<float *>(device_alloc(ctx, static_cast<size_t>(nb) * sizeof(float)));
   ta.scale_inv = sinv;
   tb.scale_inv = sinv_b;
   CHECK(te_quantize(ctx, &ta16, &ta, nullptr));
@@ -197,7 +205,8 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k)
   CHECK(te_gemm_options_init(&g));
   g.transb = 1;
   double t = time_per_call(ctx, [&] { CHECK(te_gemm(ctx, &ta, &tb, &td, &g)); }, 10);
-  emit("gemm_fp8_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
+  const char *mode = sa == TE_SCALING_PER_TENSOR ? "" : sb == TE_SCALING_BLOCK_128X128 ? "_block_1x128_128x128" : "_block_1x128";
+  emit("gemm_fp8" + std::string(mode) + "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
        num("ms", t * 1e3) + ", " + num("TFLOPs", 2.0 * m * n * k / t / 1e12));
   te_context_free(ctx, a);
   te_context_free(ctx, b);
@@ -303,6 +312,14 @@ int main(int argc, char **argv) {
     bench_gemm(ctx, dev, 16384, 4096, 4096);
     bench_gemm(ctx, dev, 16384, 14336, 4096);
     bench_gemm(ctx, dev, 16384, 4096, 14336);
+  }
+  // The block recipe's GEMMs: fprop (1x128 x 128x128) at issue 15's shape, and the wgrad kind
+  // (1x128 x 1x128).
+  bench_gemm(ctx, dev, 16384, 4096, 14336, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128);
+  if (!quick) {
+    bench_gemm(ctx, dev, 8192, 8192, 8192, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128);
+    bench_gemm(ctx, dev, 16384, 14336, 4096, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128);
+    bench_gemm(ctx, dev, 4096, 14336, 16384, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_1X128);
   }
   bench_linear(ctx, dev, 16384, 4096, 14336);
   if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096);

@@ -403,6 +403,56 @@ TEST_F(CudaGemmTest, HighPrecisionOutputsAndEpilogues) {
       }
 }
 
+// The shapes above are small enough for LtGemm's own small-GEMM kernel (small_gemm.cu); the same
+// cases through cuBLASLt (TE_CUDA_SMALL_GEMM=0, read when a backend is made), and a few shapes on
+// both sides of the size limit, partial tiles included, through the default backend.
+TEST_F(CudaGemmTest, SmallShapesThroughCublasLtToo) {
+  setenv("TE_CUDA_SMALL_GEMM", "0", 1);
+  std::unique_ptr<Backend> lt = make_cuda_backend(0);
+  unsetenv("TE_CUDA_SMALL_GEMM");
+  uint32_t seed = 300;
+  for (auto &p : kFp8Pairs)
+    for (DType d : kOutputs) {
+      Case c;
+      c.m = 48, c.n = 80, c.k = 32, c.a = p[0], c.b = p[1], c.d = d, c.split = false, c.seed = seed++;
+      check(c, lt.get());
+      c.epilogue = Epilogue::Bias, c.bias = d == DType::F16 ? DType::F16 : DType::BF16, c.accumulate = true;
+      check(c, lt.get());
+    }
+  block_cases([&](const Case &c) { check(c, lt.get()); });
+  for (DType t : {DType::BF16, DType::F32})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Case c;
+        c.a = c.b = c.d = t, c.m = 48, c.n = 80, c.k = 32, c.transa = ta, c.transb = tb, c.seed = seed++;
+        check(c, lt.get());
+      }
+}
+
+TEST_F(CudaGemmTest, SmallGemmLimitAndPartialTiles) {
+  struct Shape { int64_t m, n, k; };
+  uint32_t seed = 400;
+  // 128^3 is the last small one; 144 x 128 x 128 goes to cuBLASLt. 16 x 48 x 2048: one output
+  // tile, sixteen 128-deep blocks. 208 x 16 x 64: seven row tiles, the last partial.
+  for (const Shape s : {Shape{128, 128, 128}, Shape{144, 128, 128}, Shape{16, 48, 2048}, Shape{208, 16, 64}}) {
+    Case c;
+    c.m = s.m, c.n = s.n, c.k = s.k, c.split = false, c.seed = seed++;
+    check(c);
+    c.sa = ScalingMode::Block1x128, c.sb = ScalingMode::Block128x128, c.seed = seed++;
+    check(c);
+    c.sb = ScalingMode::Block1x128, c.d = DType::F32, c.epilogue = Epilogue::Bias, c.bias = DType::F32;
+    c.accumulate = true, c.seed = seed++;
+    check(c);
+  }
+  for (const Shape s : {Shape{33, 17, 5}, Shape{1, 1, 1}, Shape{100, 70, 129}})
+    for (bool ta : {false, true}) {
+      Case c;  // high precision has no multiple-of-16 rule: ragged tiles everywhere
+      c.a = c.b = DType::BF16, c.d = DType::F32, c.m = s.m, c.n = s.n, c.k = s.k, c.transa = ta;
+      c.transb = !ta, c.epilogue = Epilogue::Bias, c.bias = DType::BF16, c.accumulate = ta, c.seed = seed++;
+      check(c);
+    }
+}
+
 TEST_F(CudaGemmTest, UnsupportedIsReported) {
   Case c;
   auto expect_unsupported = [&](GemmArgs args) {

@@ -52,9 +52,33 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
+  drain_cache();
   cudaStreamSynchronize(stream_);
   gemm_.reset();
   cudaFree(workspace_);
+}
+
+bool CudaBackend::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess) {
+    // The legacy stream cannot be asked while another stream captures in global mode: treat it as
+    // capturing (no cache), and take the query's error back so that it reaches nobody else.
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void CudaBackend::drain_cache() {
+  if (cache_.cached_bytes() == 0) return;
+  DeviceGuard g(device_);
+  cache_.drain([this](void *p) { cudaFreeAsync(p, stream_); });
+}
+
+void CudaBackend::set_stream(void *stream) {
+  // Blocks freed while work ran on the old stream are ordered after that work only there.
+  if (static_cast<cudaStream_t>(stream) != stream_) drain_cache();
+  stream_ = static_cast<cudaStream_t>(stream);
 }
 
 void CudaBackend::synchronize() {
@@ -63,14 +87,34 @@ void CudaBackend::synchronize() {
 }
 
 void *CudaBackend::alloc(size_t bytes) {
+  const bool capture = capturing();
+  if (!capture) {
+    if (void *p = cache_.take(bytes)) return p;
+  }
   DeviceGuard g(device_);
+  const size_t size = BlockCache::size_class(bytes);
   void *p = nullptr;
-  TE_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, stream_));
+  cudaError_t err = cudaMallocAsync(&p, size, stream_);
+  if (err == cudaErrorMemoryAllocation && !capture && cache_.cached_bytes() != 0) {
+    // Blocks cached in other size classes may make room: give them back and try once more.
+    cudaGetLastError();
+    drain_cache();
+    err = cudaMallocAsync(&p, size, stream_);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail_cuda("cudaMallocAsync", err);
+  }
+  if (capture) captured_.insert(p);
   return p;
 }
 
-void CudaBackend::free(void *ptr, size_t) {
+void CudaBackend::free(void *ptr, size_t bytes) {
   if (!ptr) return;
+  const bool from_capture = !captured_.empty() && captured_.erase(ptr) != 0;
+  // A block of a captured graph goes back to the driver; so does any block freed during capture
+  // (the free becomes part of the graph, as cudaFreeAsync is stream-ordered there too).
+  if (!from_capture && !capturing() && cache_.put(ptr, bytes)) return;
   DeviceGuard g(device_);
   // Stream-ordered: the block is reused only by work enqueued after this point.
   cudaFreeAsync(ptr, stream_);

@@ -1,7 +1,8 @@
 // The CUDA backend: te::Backend on one GPU. Work is enqueued on the context's stream and never
 // synchronised (except copy_to_host, which callers use only off the hot path); memory comes from
 // the device's stream-ordered pool (cudaMallocAsync with a release threshold that keeps it
-// cached), so the hot path makes no cudaMalloc and a training step can be captured in a graph.
+// cached) through a host-side cache of freed blocks (block_cache.h), so a training step makes no
+// CUDA call to allocate once its sizes repeat, and can be captured in a graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,9 @@
 #include <memory>
 
 #include "backends/backend.h"
+#include "backends/cuda/block_cache.h"
+
+#include <unordered_set>
 
 namespace te::cuda {
 
@@ -21,7 +25,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   Device device() const override { return Device{DeviceType::CUDA, device_}; }
-  void set_stream(void *stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void set_stream(void *stream) override;
   void *stream() const override { return stream_; }
   void synchronize() override;
   void *alloc(size_t bytes) override;
@@ -73,6 +77,10 @@ class CudaBackend final : public Backend {
   void *workspace_ = nullptr;      // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
   std::unique_ptr<LtGemm> gemm_;
+  BlockCache cache_;                         // freed blocks for reuse on stream_
+  std::unordered_set<void *> captured_;      // live blocks allocated during stream capture
+  bool capturing() const;                    // stream_ is being captured (or cannot be asked)
+  void drain_cache();                        // every cached block back to the pool, on stream_
   // Attention (attention_dispatch.cpp): cuDNN's fused SDPA where it applies, else libte's
   // kernels; TE_ATTENTION_IMPL=kernel|cudnn|auto (default auto) chooses, read once.
   enum class AttentionImpl { Auto, Kernel, Cudnn };

@@ -1,6 +1,9 @@
 // LtGemm (lt_gemm.h): every GEMM of the CUDA backend.
 //
 // Routes, chosen once per plan key and cached with the plan:
+//  - small: GEMMs of at most kSmallGemmMacs multiply-adds with no GELU run on small_gemm
+//    (small_gemm.cu), one launch without cuBLASLt, whose host work would cost more than the
+//    product (TE_CUDA_SMALL_GEMM=0 sends them to cuBLASLt too, for testing);
 //  - direct: one cublasLtMatmul does the product, the scales, + old D, the bias and the GELU;
 //  - split: cuBLASLt writes the fp32 product to scratch and gemm_epilogue (lt_gemm_fallback.cu)
 //    finishes in fp32 in the same order. Taken where cuBLASLt cannot do the epilogue exactly (a
@@ -16,9 +19,9 @@
 //  - the heuristic is asked for up to kMaxCandidates algorithms. A GEMM of >= 2^33 flops (the
 //    ~1 ms class, where the heuristic's top-1 can be some percent off the best) is timed: each
 //    candidate runs 1 + kTimedRuns times on the stream between cudaEvents (one host sync per
-//    candidate) and the lowest median wins (ties and failed candidates: the earlier one). Smaller
-//    GEMMs, and every key first seen while the stream is capturing a graph, take the heuristic's
-//    #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
+//    candidate); the lowest median wins if it is 2% below #0's (ties and failed candidates: the
+//    earlier one). Smaller GEMMs, and every key first seen while the stream is capturing a graph,
+//    take the heuristic's #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
 //    timed key (each candidate's median, the choice). Both are read when the LtGemm is made.
 //  - the timing runs write D (and the pre-GELU output) to scratch of the same dtypes, zeroed
 //    first so that beta = 1 reads zeros; the caller's A, B, scales and bias are only read.
@@ -88,9 +91,14 @@ DType lt_bias_dtype(DType in, DType out) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// GEMMs of at most this many multiply-adds (128 x 128 x 128) run on small_gemm: at that size the
+// device needs a few microseconds, less than cublasLtMatmul's host work.
+constexpr double kSmallGemmMacs = 2097152.0;
+
 // Algorithm choice (see the header comment).
 constexpr int kMaxCandidates = 16;  // heuristic results asked for
 constexpr int kTimedRuns = 5;       // per candidate, after one warm-up run
+constexpr float kSwitchGain = 0.98f;  // another candidate wins only if its median is 2% below #0's
 constexpr double kTuneMinFlops = 8589934592.0;  // 2^33: 2 m n k below this keeps heuristic #0
 
 // An environment switch read once: unset or empty -> `unset`, "0" -> false, anything else -> true.
@@ -187,6 +195,7 @@ struct LtGemm::Impl {
   bool force_fallback = false;  // TE_CUDA_BLOCK_GEMM=fallback
   bool tune = true;             // TE_GEMM_TUNE != 0: time the candidates of large GEMMs
   bool tune_log = false;        // TE_GEMM_TUNE_LOG=1: one stderr line per timed key
+  bool small = true;            // TE_CUDA_SMALL_GEMM != 0: small GEMMs by small_gemm, not cuBLASLt
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
 
   ~Impl() {
@@ -286,7 +295,9 @@ struct LtGemm::Impl {
     int best = -1;
     for (int i = 0; i < count; ++i)
       if (median[i] >= 0.0f && (best < 0 || median[i] < median[best])) best = i;  // ties: the earlier
-    if (best < 0) best = 0;
+    // Leave the heuristic's choice only for a clear gain: timing noise alone then rarely makes two
+    // runs of one program choose differently (and so round differently).
+    if (best < 0 || (median[0] >= 0.0f && median[best] > kSwitchGain * median[0])) best = 0;
     if (tune_log) log_choice(key, median.data(), count, best);
     return best;
   }
@@ -535,6 +546,7 @@ LtGemm::LtGemm(int device) : impl_(std::make_unique<Impl>()) {
   impl_->force_fallback = mode != nullptr && std::strcmp(mode, "fallback") == 0;
   impl_->tune = env_switch("TE_GEMM_TUNE", true);
   impl_->tune_log = env_switch("TE_GEMM_TUNE_LOG", false);
+  impl_->small = env_switch("TE_CUDA_SMALL_GEMM", true);
 }
 
 LtGemm::~LtGemm() = default;
@@ -567,6 +579,21 @@ void LtGemm::run(Backend &be, const GemmArgs &g, void *workspace, size_t workspa
     Buffer zeros(&be, static_cast<size_t>(m * n) * sizeof(float));
     TE_CUDA_CHECK(cudaMemsetAsync(zeros.get(), 0, static_cast<size_t>(m * n) * sizeof(float), stream));
     Impl::finish(g, zeros.floats(), stream);
+    return;
+  }
+  if (impl_->small && static_cast<double>(m) * n * k <= kSmallGemmMacs &&
+      (g.epilogue == Epilogue::None || g.epilogue == Epilogue::Bias)) {
+    SmallGemmArgs s;
+    s.a = g.a.data, s.b = g.b.data, s.a_dtype = g.a.dtype, s.b_dtype = g.b.dtype;
+    s.transa = g.transa, s.transb = g.transb;
+    s.m = m, s.n = n, s.k = k;
+    if (fp8) {
+      s.a_scale = g.a.scale_inv, s.b_scale = g.b.scale_inv;
+      s.a_mode = g.a.scaling, s.b_mode = g.b.scaling;
+    }
+    s.d = g.d.data, s.d_dtype = g.d.dtype, s.accumulate = g.accumulate;
+    if (g.epilogue == Epilogue::Bias) s.bias = g.bias.data, s.bias_dtype = g.bias.dtype;
+    small_gemm(s, stream);
     return;
   }
   if (fp8 && (g.a.scaling != ScalingMode::PerTensor || g.b.scaling != ScalingMode::PerTensor)) {

@@ -1,4 +1,5 @@
-// The small kernels LtGemm needs around cuBLASLt (lt_block_scales.cu, lt_gemm_fallback.cu).
+// The small kernels LtGemm needs around cuBLASLt (lt_block_scales.cu, lt_gemm_fallback.cu) and
+// its own kernel for small GEMMs (small_gemm.cu).
 // All enqueue on `stream`, never synchronise, and check their launch.
 #pragma once
 
@@ -40,5 +41,25 @@ struct EpilogueArgs {
   bool gelu = false;
 };
 void gemm_epilogue(const EpilogueArgs &args, cudaStream_t stream);
+
+// ---- small GEMMs (small_gemm.cu) ----
+// D[m, n] = op(A) op(B) x scales (+ old D) (+ bias[n]) in fp32, rounded once into D's dtype, for
+// GEMMs too small for cuBLASLt's host work to pay (LtGemm decides). A is [m, k] ([k, m] when
+// transa), B is [k, n] ([n, k] when transb); FP8 operands carry per-tensor or block scales in
+// libte's layouts (a_scale / b_scale, null for high-precision operands).
+struct SmallGemmArgs {
+  const void *a = nullptr, *b = nullptr;
+  DType a_dtype = DType::F32, b_dtype = DType::F32;
+  bool transa = false, transb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const float *a_scale = nullptr, *b_scale = nullptr;
+  ScalingMode a_mode = ScalingMode::PerTensor, b_mode = ScalingMode::PerTensor;
+  void *d = nullptr;
+  DType d_dtype = DType::F32;
+  bool accumulate = false;
+  const void *bias = nullptr;  // null: no bias
+  DType bias_dtype = DType::F32;
+};
+void small_gemm(const SmallGemmArgs &args, cudaStream_t stream);
 
 }  // namespace te::cuda
