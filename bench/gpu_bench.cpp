@@ -4,7 +4,10 @@
 //   norm_cast       LayerNorm / RMSNorm of BF16 [rows, hidden] -> E4M3 + its transpose + amax
 //                   (+ mu, rsigma) in one pass, against a copy of the input's bytes
 //   gemm_fp8        E4M3 x E4M3 -> BF16, per-tensor scales, fast accumulation, TN
-//   linear          te_linear forward + backward, delayed scaling, HYBRID, BF16 activations
+//   linear          te_linear forward + backward (dx, dW, db), BF16 activations, bias, W cast
+//                   again every step (weight_unchanged = 0), for each recipe: delayed and current
+//                   (HYBRID: E4M3 forward, E5M2 gradients), block (E4M3, 1x128 / 128x128 blocks),
+//                   and "bf16" (autocast disabled)
 //   host_forward    host time per te_linear_forward call inside an unsynchronised training loop
 // bench/python/compare_torch.py runs this program and PyTorch's peers in one run and prints one
 // table. Inputs are random (never zeros). Times: wall clock around many iterations between two
@@ -96,6 +99,23 @@ std::string num(const char *k, double v) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "\"%s\": %.6g", k, v);
   return buf;
+}
+// "k": "v" with v escaped for JSON (quotes, backslashes, control characters).
+std::string str(const char *k, const std::string &v) {
+  std::string o = std::string("\"") + k + "\": \"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
 }
 
 void bench_cast(te_context *ctx, te_device dev, int64_t rows, int64_t cols) {
@@ -215,12 +235,53 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k,
   te_context_free(ctx, sinv_b);
 }
 
-void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, int64_t out) {
+// The autocast options of one recipe case: an FP8 recipe (delayed, current, block), or "bf16",
+// te_linear's high-precision path (autocast disabled), as bench/modules_bench.cpp's RecipeCase.
+class RecipeCase {
+ public:
+  explicit RecipeCase(const std::string &name) {
+    CHECK(te_autocast_options_init(&ao_));
+    if (name == "bf16") {
+      ao_.enabled = 0;
+      return;
+    }
+    const te_recipe_kind kind = name == "delayed" ? TE_RECIPE_DELAYED_SCALING
+                                : name == "current" ? TE_RECIPE_CURRENT_SCALING
+                                                    : TE_RECIPE_BLOCK_SCALING;
+    te_recipe_options ro;
+    CHECK(te_recipe_options_init(&ro, kind));
+    CHECK(te_recipe_create(&recipe_, &ro));
+    ao_.recipe = recipe_;
+  }
+  ~RecipeCase() { te_recipe_release(recipe_); }
+  RecipeCase(const RecipeCase &) = delete;
+  RecipeCase &operator=(const RecipeCase &) = delete;
+  const te_autocast_options *autocast() const { return &ao_; }
+  std::string describe() const { return recipe_ ? te_recipe_describe(recipe_) : "autocast disabled (BF16 GEMMs)"; }
+
+ private:
+  te_recipe *recipe_ = nullptr;
+  te_autocast_options ao_;
+};
+
+// One te_linear training step per call: forward inside the recipe's autocast scope, then
+// backward (dx, dW, db), BF16 activations, bias on, weight_unchanged = 0 (the FP8 weight is cast
+// again every step, as in a training loop whose optimizer changes W; torchao casts it every step
+// too). Key "linear_fwd_bwd_<recipe>_<tokens>x<in>x<out>"; the delayed recipe is also written
+// under the older key "linear_fwd_bwd_<tokens>x<in>x<out>", and with `host` set its loop also
+// gives "host_linear_forward_...". A recipe whose first step fails is reported under its key as
+// {"error": ...} and the program goes on with the next one.
+void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, int64_t out, const std::string &recipe,
+                  bool host) {
+  const std::string shape = std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out);
+  const std::string key = "linear_fwd_bwd_" + recipe + "_" + shape;
+  RecipeCase rc(recipe);
   te_linear_options lo;
   CHECK(te_linear_options_init(&lo));
   lo.in_features = in;
   lo.out_features = out;
   lo.activation_dtype = TE_DTYPE_BF16;
+  lo.bias = 1;
   te_linear *lin = nullptr;
   CHECK(te_linear_create(&lin, ctx, &lo));
   DeviceBf16 x(ctx, static_cast<size_t>(tokens * in), 1.0f, 4), w(ctx, static_cast<size_t>(out * in), 0.02f, 5);
@@ -239,45 +300,73 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
   fa.input = &tx;
   fa.weight = &tw;
   fa.bias = &tb;
-  te_autocast_options ao;
-  CHECK(te_autocast_options_init(&ao));
+  fa.weight_unchanged = 0;
+  const te_autocast_options *ao = rc.autocast();
   te_linear_backward_args once;
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
-  auto step = [&] {
+
+  // The first step with its errors kept (a recipe this build cannot run is reported, not fatal;
+  // te_last_error() names the function); the scope is closed after a failed forward too.
+  std::string error;
+  {
     te_autocast_token tok;
     te_linear_backward_ctx *bwd = nullptr;
-    CHECK(te_autocast_begin(ctx, &ao, &tok));
-    CHECK(te_linear_forward(ctx, lin, &fa, &ty, &bwd));
-    CHECK(te_autocast_end(ctx, tok));
-    CHECK(te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once));
+    te_status s = te_autocast_begin(ctx, ao, &tok);
+    if (s != TE_SUCCESS) {
+      error = te_last_error();
+    } else {
+      s = te_linear_forward(ctx, lin, &fa, &ty, &bwd);
+      if (s != TE_SUCCESS) error = te_last_error();
+      if (te_autocast_end(ctx, tok) != TE_SUCCESS && error.empty()) error = te_last_error();
+    }
+    if (error.empty() && te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once) != TE_SUCCESS)
+      error = te_last_error();
     te_linear_backward_ctx_destroy(bwd);
-  };
-  double t = time_per_call(ctx, step, 10);
-  const double flops = 3 * 2.0 * tokens * in * out;
-  emit("linear_fwd_bwd_" + std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out),
-       num("ms", t * 1e3) + ", " + num("TFLOPs", flops / t / 1e12));
+    if (error.empty() && te_context_synchronize(ctx) != TE_SUCCESS)
+      error = te_last_error();
+  }
+  if (!error.empty()) {
+    std::fprintf(stderr, "te_bench_gpu: %s failed: %s\n", key.c_str(), error.c_str());
+    emit(key, str("recipe", rc.describe()) + ", " + str("error", error));
+  } else {
+    auto step = [&] {
+      te_autocast_token tok;
+      te_linear_backward_ctx *bwd = nullptr;
+      CHECK(te_autocast_begin(ctx, ao, &tok));
+      CHECK(te_linear_forward(ctx, lin, &fa, &ty, &bwd));
+      CHECK(te_autocast_end(ctx, tok));
+      CHECK(te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once));
+      te_linear_backward_ctx_destroy(bwd);
+    };
+    double t = time_per_call(ctx, step, 10);
+    const double flops = 3 * 2.0 * tokens * in * out;
+    const std::string fields = num("ms", t * 1e3) + ", " + num("TFLOPs", flops / t / 1e12);
+    emit(key, fields + ", " + str("recipe", rc.describe()));
+    if (recipe == "delayed") emit("linear_fwd_bwd_" + shape, fields);
+  }
 
   // Host time per forward call in a training loop that does not synchronise: each step's
   // forward is timed on the host while the device runs behind. Few steps, so that the launch
   // queue never fills (a full queue would make the host wait for the device).
-  CHECK(te_context_synchronize(ctx));
-  const int steps = 8;
-  double host = 0.0;
-  for (int i = 0; i < steps; ++i) {
-    te_autocast_token tok;
-    te_linear_backward_ctx *bwd = nullptr;
-    CHECK(te_autocast_begin(ctx, &ao, &tok));
-    auto t0 = std::chrono::steady_clock::now();
-    CHECK(te_linear_forward(ctx, lin, &fa, &ty, &bwd));
-    host += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CHECK(te_autocast_end(ctx, tok));
-    CHECK(te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once));
-    te_linear_backward_ctx_destroy(bwd);
+  if (host && error.empty()) {
+    CHECK(te_context_synchronize(ctx));
+    const int steps = 8;
+    double host_s = 0.0;
+    for (int i = 0; i < steps; ++i) {
+      te_autocast_token tok;
+      te_linear_backward_ctx *bwd = nullptr;
+      CHECK(te_autocast_begin(ctx, ao, &tok));
+      auto t0 = std::chrono::steady_clock::now();
+      CHECK(te_linear_forward(ctx, lin, &fa, &ty, &bwd));
+      host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK(te_autocast_end(ctx, tok));
+      CHECK(te_linear_backward(ctx, bwd, &tdy, &tdx, &tdw, &tdb, &once));
+      te_linear_backward_ctx_destroy(bwd);
+    }
+    CHECK(te_context_synchronize(ctx));
+    emit("host_linear_forward_" + shape, num("us_per_call", host_s / steps * 1e6));
   }
-  CHECK(te_context_synchronize(ctx));
-  emit("host_linear_forward_" + std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out),
-       num("us_per_call", host / steps * 1e6));
 
   for (void *p : {y, dx, dw, db}) te_context_free(ctx, p);
   te_linear_destroy(lin);
@@ -321,8 +410,12 @@ int main(int argc, char **argv) {
     bench_gemm(ctx, dev, 16384, 14336, 4096, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128);
     bench_gemm(ctx, dev, 4096, 14336, 16384, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_1X128);
   }
-  bench_linear(ctx, dev, 16384, 4096, 14336);
-  if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096);
+  // Linear fwd+bwd for every recipe at issue 15's two shapes (--quick: the first shape only);
+  // the host forward timing with the delayed recipe, as before.
+  for (const char *recipe : {"delayed", "current", "block", "bf16"}) {
+    bench_linear(ctx, dev, 16384, 4096, 14336, recipe, std::strcmp(recipe, "delayed") == 0);
+    if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096, recipe, std::strcmp(recipe, "delayed") == 0);
+  }
   te_context_destroy(ctx);
   std::printf("{\n%s\n}\n", json_out.c_str());
   return 0;
