@@ -245,7 +245,11 @@ class RecipeCase {
       ao_.enabled = 0;
       return;
     }
-    const te_recipe_kind kind = name == "delayed" ? TE_RECIPE_DELAYED_SCALING
+    if (name != "delayed" && name != "current" && name != "block") {
+      std::fprintf(stderr, "te_bench_gpu: unknown recipe '%s' (delayed, current, block, bf16)\n", name.c_str());
+      std::exit(2);
+    }
+    const te_recipe_kind kind = name == "delayed"   ? TE_RECIPE_DELAYED_SCALING
                                 : name == "current" ? TE_RECIPE_CURRENT_SCALING
                                                     : TE_RECIPE_BLOCK_SCALING;
     te_recipe_options ro;
