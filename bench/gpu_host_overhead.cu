@@ -10,7 +10,12 @@
 // runtime and driver API calls of one step of each case (CUPTI callbacks: the counts are exact;
 // the times are inflated by the callbacks themselves and only show where the calls cluster).
 //
-//   te_bench_gpu_host [--profile] [--steps N] [--reps N]
+//   te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE]
+//                     [--shape TOKENS,IN,OUT]
+//
+// --only and --shape serve a device profiler (ncu) on one case at a real shape: e.g.
+// `ncu --metrics gpu__time_duration.sum te_bench_gpu_host --only linear_delayed
+//  --shape 16384,4096,14336 --warmup 1 --steps 1 --reps 1` lists one step's kernels and times.
 //
 // Without a usable GPU it prints {"skipped": ...} and exits 0.
 #include <cuda_runtime.h>
@@ -59,7 +64,8 @@ __global__ void four_args_kernel(const float *a, float *b, int n, float s) {
 using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
-int g_steps = 50, g_reps = 7;
+int g_steps = 50, g_reps = 7, g_warmup = 20;
+std::string g_only;  // empty: every case
 te_context *g_ctx = nullptr;
 
 // One timed case: `step` runs one iteration and adds the host time of its timed part(s) to the
@@ -89,7 +95,7 @@ void emit(const std::string &name, const Segments &s) {
 // Runs `step` warm-up + reps x steps times, synchronising (untimed) between repetitions.
 void run(const std::string &name, Segments seg, const std::function<void(std::vector<double> &)> &step) {
   std::vector<double> t(seg.names.size());
-  for (int i = 0; i < 20; ++i) step(t);
+  for (int i = 0; i < g_warmup; ++i) step(t);
   CHECK(te_context_synchronize(g_ctx));
   for (int r = 0; r < g_reps; ++r) {
     for (int i = 0; i < g_steps; ++i) {
@@ -202,7 +208,9 @@ te_tensor vec(int64_t n, float stddev, uint32_t seed) {
   return t;
 }
 
-constexpr int64_t kTokens = 32, kIn = 64, kOut = 64, kFfn = 128;
+int64_t kTokens = 32, kIn = 64, kOut = 64, kFfn = 128;  // --shape sets tokens, in (= hidden), out (= ffn)
+
+bool wanted(const std::string &name) { return g_only.empty() || g_only == name; }
 
 struct Recipe {
   te_recipe *r = nullptr;
@@ -226,6 +234,7 @@ struct Recipe {
 
 // A whole Linear training step, each part timed: autocast begin, forward, end, backward, destroy.
 void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
+  if (!wanted(std::string("linear_") + recipe + (weight_unchanged ? "_weight_unchanged" : ""))) return;
   Recipe rc(recipe);
   te_linear_options lo;
   CHECK(te_linear_options_init(&lo));
@@ -275,6 +284,7 @@ void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
 }
 
 void bench_layernorm_linear(const char *recipe, bool profile_it) {
+  if (!wanted(std::string("layernorm_linear_") + recipe)) return;
   Recipe rc(recipe);
   te_layernorm_linear_options lo;
   CHECK(te_layernorm_linear_options_init(&lo));
@@ -324,6 +334,7 @@ void bench_layernorm_linear(const char *recipe, bool profile_it) {
 }
 
 void bench_layernorm_mlp(const char *recipe, bool profile_it) {
+  if (!wanted(std::string("layernorm_mlp_") + recipe)) return;
   Recipe rc(recipe);
   te_layernorm_mlp_options mo;
   CHECK(te_layernorm_mlp_options_init(&mo));
@@ -385,13 +396,24 @@ int main(int argc, char **argv) {
     if (!std::strcmp(argv[i], "--profile")) profile_calls = true;
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) g_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: te_bench_gpu_host [--profile] [--steps N] [--reps N]\n");
+    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) g_warmup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      long long t = 0, in = 0, out = 0;
+      if (std::sscanf(argv[++i], "%lld,%lld,%lld", &t, &in, &out) != 3 || t < 1 || in < 1 || out < 1) {
+        std::fprintf(stderr, "te_bench_gpu_host: --shape wants TOKENS,IN,OUT (positive)\n");
+        return 2;
+      }
+      kTokens = t, kIn = in, kOut = out, kFfn = out;
+    } else {
+      std::fprintf(stderr,
+                   "usage: te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE] "
+                   "[--shape TOKENS,IN,OUT]\n");
       return 2;
     }
   }
-  if (g_steps < 1 || g_reps < 1) {
-    std::fprintf(stderr, "te_bench_gpu_host: --steps and --reps must be >= 1\n");
+  if (g_steps < 1 || g_reps < 1 || g_warmup < 0) {
+    std::fprintf(stderr, "te_bench_gpu_host: --steps and --reps must be >= 1, --warmup >= 0\n");
     return 2;
   }
   te_context_options o;
@@ -412,31 +434,31 @@ int main(int argc, char **argv) {
   // stream libte uses, timed the same way as libte's calls.
   float *dummy = nullptr;
   CUDA_CHECK(cudaMalloc(&dummy, 16));
-  run("bare_launch", Segments({"launch"}), [&](std::vector<double> &t) {
+  if (wanted("bare_launch")) run("bare_launch", Segments({"launch"}), [&](std::vector<double> &t) {
     auto t0 = Clock::now();
     empty_kernel<<<1, 32, 0, stream>>>();
     t[0] += us_since(t0);
   });
-  run("bare_launch_4_args", Segments({"launch"}), [&](std::vector<double> &t) {
+  if (wanted("bare_launch")) run("bare_launch_4_args", Segments({"launch"}), [&](std::vector<double> &t) {
     auto t0 = Clock::now();
     four_args_kernel<<<1, 32, 0, stream>>>(dummy, dummy, 16, 1.0f);
     t[0] += us_since(t0);
   });
   CUDA_CHECK(cudaGetLastError());
   // The runtime calls libte's hot path made (or makes) per backend call, each alone.
-  run("cuda_get_device", Segments({"call"}), [&](std::vector<double> &t) {
+  if (wanted("runtime_calls")) run("cuda_get_device", Segments({"call"}), [&](std::vector<double> &t) {
     int d = 0;
     auto t0 = Clock::now();
     cudaGetDevice(&d);
     t[0] += us_since(t0);
   });
-  run("cuda_stream_is_capturing", Segments({"call"}), [&](std::vector<double> &t) {
+  if (wanted("runtime_calls")) run("cuda_stream_is_capturing", Segments({"call"}), [&](std::vector<double> &t) {
     cudaStreamCaptureStatus st;
     auto t0 = Clock::now();
     cudaStreamIsCapturing(stream, &st);
     t[0] += us_since(t0);
   });
-  run("cuda_malloc_free_async", Segments({"pair"}), [&](std::vector<double> &t) {
+  if (wanted("runtime_calls")) run("cuda_malloc_free_async", Segments({"pair"}), [&](std::vector<double> &t) {
     void *p = nullptr;
     auto t0 = Clock::now();
     cudaMallocAsync(&p, 4096, stream);

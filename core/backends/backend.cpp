@@ -11,3 +11,32 @@ void ScratchPlan::add(size_t b) {
 }
 
 }  // namespace te
+
+namespace te {
+
+void Backend::gemm_many(const GemmArgs *args, int n) {
+  for (int i = 0; i < n; ++i) gemm(args[i]);
+}
+
+void Backend::quantize_many(const QuantizeItem *items, int n) {
+  for (int i = 0; i < n; ++i) {
+    const QuantizeItem &q = items[i];
+    switch (q.kind) {
+      case QuantizeItem::Kind::Delayed:
+        cast_transpose(q.x, q.scale, q.amax_accum, q.out, q.out_t);
+        if (q.scale_copy) copy(q.scale_copy, q.scale, sizeof(float));
+        break;
+      case QuantizeItem::Kind::Current:
+        amax(q.x, q.amax_out, false);
+        scale_from_amax(q.amax_out, q.scale_out, q.scale_inv_out, q.fp8_max, q.power_of_2, q.epsilon);
+        cast_transpose(q.x, q.scale_out, nullptr, q.out, q.out_t);
+        break;
+      case QuantizeItem::Kind::Block:
+        block_quantize(q.x, q.block_mode, q.power_of_2, q.epsilon, q.out, q.out_t);
+        break;
+    }
+    if (q.dbias.data) bias_grad(q.x, q.dbias);
+  }
+}
+
+}  // namespace te

@@ -96,6 +96,28 @@ struct ScaleUpdateItem {
 // The scratch memory a sequence of backend calls will take from the backend's cache. A core
 // operation collects it first and reserves it, so that running out of memory happens before the
 // operation changes any state, never halfway through (the strong guarantee of the C API).
+// One tensor of Backend::quantize_many, with the arguments of the per-tensor calls it stands for:
+//  - Delayed: cast_transpose(x, scale, amax_accum, out, out_t);
+//  - Current: amax(x, amax_out, false); scale_from_amax(amax_out, scale_out, scale_inv_out,
+//    fp8_max, power_of_2, epsilon); cast_transpose(x, scale_out, nullptr, out, out_t);
+//  - Block: block_quantize(x, block_mode, power_of_2, epsilon, out, out_t);
+// each followed by bias_grad(x, dbias) when dbias is given (CUDA takes it in the same pass).
+struct QuantizeItem {
+  enum class Kind { Delayed, Current, Block };
+  Kind kind = Kind::Delayed;
+  TensorView x;
+  TensorView *out = nullptr, *out_t = nullptr;
+  const float *scale = nullptr;
+  float *amax_accum = nullptr;
+  float *scale_copy = nullptr;  // Delayed: then copy(scale_copy, scale, sizeof(float))
+  float *amax_out = nullptr, *scale_out = nullptr, *scale_inv_out = nullptr;
+  float fp8_max = 0.0f;
+  ScalingMode block_mode = ScalingMode::Block1x128;
+  bool power_of_2 = false;
+  float epsilon = 0.0f;
+  TensorView dbias;  // optional (data null: none): then also bias_grad(x, dbias), x being a dy
+};
+
 struct ScratchPlan {
   static constexpr int kMax = 64;  // a LayerNormMLP backward under block scaling plans about 30
   size_t bytes[kMax];
@@ -136,9 +158,16 @@ class Backend {
   virtual void block_quantize(const TensorView &x, ScalingMode mode, bool power_of_2,
                               float epsilon, TensorView *out, TensorView *out_t) = 0;
   virtual void dequantize(const TensorView &x, const TensorView &out) = 0;
+  // Several quantizations at once (a layer's input and weight): the results are exactly those of
+  // the per-tensor calls in order, which is what this default makes; CUDA runs each kind of item
+  // in one launch (current scaling: two), since at small shapes the launches are the cost.
+  virtual void quantize_many(const QuantizeItem *items, int n);
 
   // ---- math ----
   virtual void gemm(const GemmArgs &args) = 0;
+  // Independent GEMMs (no output read by another, a layer's dgrad and wgrad): the results of
+  // gemm on each, which is what this default makes; CUDA runs the small ones in one launch.
+  virtual void gemm_many(const GemmArgs *args, int n);
   virtual void activation_forward(Activation act, const TensorView &x, const TensorView &y) = 0;
   virtual void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                                    const TensorView &dx) = 0;

@@ -40,29 +40,74 @@ void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorVi
   else be.plan_cast_transpose(x, row, col, plan);
 }
 
-void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out) {
+namespace {
+
+// The backend item for one request; false when it must run alone (a group reduction between
+// its amax and its cast).
+bool to_item(const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out, QuantizeItem *item) {
   const RecipeOptions &o = req.recipe->options();
-  TensorView *row = out.row.data ? &out.row : nullptr;
-  TensorView *col = out.col.data ? &out.col : nullptr;
   ScalingState &st = *req.state;
+  QuantizeItem q;
+  q.x = x;
+  q.out = out.row.data ? &out.row : nullptr;
+  q.out_t = out.col.data ? &out.col : nullptr;
+  q.power_of_2 = o.power_of_2_scales;
+  q.epsilon = o.amax_epsilon;
+  q.dbias = req.dbias;
   switch (o.kind) {
     case RecipeKind::Delayed:
-      be.cast_transpose(x, req.scale ? req.scale : st.scale(), req.record_amax ? st.amax() : nullptr, row, col);
+      q.kind = QuantizeItem::Kind::Delayed;
+      q.scale = req.scale ? req.scale : st.scale();
+      q.amax_accum = req.record_amax ? st.amax() : nullptr;
+      q.scale_copy = req.scale_copy;
       break;
-    case RecipeKind::Current: {
-      be.amax(x, st.amax_scratch(), false);
-      if (req.group && o.reduce_amax) req.group->allreduce_max(st.amax_scratch(), 1, be);
-      be.scale_from_amax(st.amax_scratch(), st.scale(), st.scale_inv(), fp8_max(st.fp8_dtype()),
-                         o.power_of_2_scales, o.amax_epsilon);
-      be.cast_transpose(x, st.scale(), nullptr, row, col);
+    case RecipeKind::Current:
+      if (req.group && o.reduce_amax) return false;
+      q.kind = QuantizeItem::Kind::Current;
+      q.amax_out = st.amax_scratch();
+      q.scale_out = st.scale();
+      q.scale_inv_out = st.scale_inv();
+      q.fp8_max = fp8_max(st.fp8_dtype());
       break;
-    }
-    case RecipeKind::Block: {
-      ScalingMode mode = row ? row->scaling : col->scaling;
-      be.block_quantize(x, mode, o.power_of_2_scales, o.amax_epsilon, row, col);
+    case RecipeKind::Block:
+      q.kind = QuantizeItem::Kind::Block;
+      q.block_mode = q.out ? q.out->scaling : q.out_t->scaling;
       break;
-    }
   }
+  *item = q;
+  return true;
+}
+
+}  // namespace
+
+void quantize_many(Backend &be, const QuantizeRequest *reqs, const TensorView *xs, QuantizedMatrix *const *outs,
+                   int n) {
+  constexpr int kMax = 8;
+  QuantizeItem items[kMax];
+  bool together = n <= kMax;
+  for (int i = 0; together && i < n; ++i) together = to_item(reqs[i], xs[i], *outs[i], &items[i]);
+  if (together) {
+    be.quantize_many(items, n);
+    return;
+  }
+  for (int i = 0; i < n; ++i) quantize(be, reqs[i], xs[i], *outs[i]);
+}
+
+void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out) {
+  QuantizeItem item;
+  if (to_item(req, x, out, &item)) {
+    be.quantize_many(&item, 1);
+    return;
+  }
+  // Current scaling with its amax all-reduced over a group between the amax and the cast.
+  const RecipeOptions &o = req.recipe->options();
+  ScalingState &st = *req.state;
+  be.amax(x, st.amax_scratch(), false);
+  req.group->allreduce_max(st.amax_scratch(), 1, be);
+  be.scale_from_amax(st.amax_scratch(), st.scale(), st.scale_inv(), fp8_max(st.fp8_dtype()), o.power_of_2_scales,
+                     o.amax_epsilon);
+  be.cast_transpose(x, st.scale(), nullptr, out.row.data ? &out.row : nullptr, out.col.data ? &out.col : nullptr);
+  if (req.dbias.data) be.bias_grad(x, req.dbias);
 }
 
 }  // namespace te

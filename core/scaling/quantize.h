@@ -30,10 +30,16 @@ struct QuantizeRequest {
   ScalingState *state = nullptr;      // prepared for recipe and dtype
   const float *scale = nullptr;       // delayed: overrides state->scale() (backward snapshots)
   bool record_amax = true;            // delayed: max-accumulate amax into state->amax()
+  float *scale_copy = nullptr;        // delayed: the scale used is also copied here (a snapshot)
+  TensorView dbias;                   // optional: x's column sums too (x is a dy, this its bias grad)
 };
 
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.
 void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out);
+// quantize for n (request, x, out) triples at once: the same results, in fewer launches
+// (Backend::quantize_many). Current scaling that reduces its amax over a group runs alone.
+void quantize_many(Backend &be, const QuantizeRequest *reqs, const TensorView *xs, QuantizedMatrix *const *outs,
+                   int n);
 // Adds the scratch that quantize(be, req, x, out) takes to *plan.
 void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
                    ScratchPlan *plan);

@@ -571,5 +571,136 @@ TEST_F(CudaKernels, CastTransposeBandwidth) {
   EXPECT_GT(ct_gbs, 0.5 * cp_gbs);
 }
 
+
+// Backend::quantize_many: CUDA batches runs of items into one launch (current scaling: an amax
+// pass and the casts); the bytes must equal the CPU's per-tensor calls in order (the default).
+struct ManyCase {
+  QuantizeItem::Kind kind;
+  DType in, out;
+  Shape shape;
+  bool want_row, want_col;
+  ScalingMode block_mode = ScalingMode::Block1x128;
+  bool specials = false;
+  DType dbias = DType::I32;  // I32: no bias gradient; else its dtype
+};
+
+void check_quantize_many(Backend &cpu, Backend &gpu, const std::vector<ManyCase> &cases, uint32_t seed) {
+  struct Bufs {
+    std::unique_ptr<Twin> x, out, out_t, sinv, sinv_t, state;  // state: amax_accum, scale, amax_out, scale_out, scale_inv_out
+    std::unique_ptr<Twin> db;
+    std::vector<float> col_abs;  // sum over rows of |x|, for the bias gradient's tolerance
+  };
+  std::vector<Bufs> bufs(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ManyCase &c = cases[i];
+    const size_t n = static_cast<size_t>(c.shape.rows * c.shape.cols);
+    const ScalingMode mode = c.kind == QuantizeItem::Kind::Block ? c.block_mode : ScalingMode::PerTensor;
+    Bufs &b = bufs[i];
+    const std::vector<float> xv = random_floats(n, seed + uint32_t(i), c.specials);
+    b.x = std::make_unique<Twin>(cpu, gpu, to_bytes(xv, c.in));
+    if (c.dbias != DType::I32) {
+      b.db = std::make_unique<Twin>(cpu, gpu, size_t(c.shape.cols) * dtype_size(c.dbias));
+      b.col_abs.assign(size_t(c.shape.cols), 0.0f);
+      for (size_t e = 0; e < n; ++e) b.col_abs[e % size_t(c.shape.cols)] += std::fabs(xv[e]);
+    }
+    b.out = std::make_unique<Twin>(cpu, gpu, n);
+    b.out_t = std::make_unique<Twin>(cpu, gpu, n);
+    b.sinv = std::make_unique<Twin>(cpu, gpu, 4 * size_t(scale_inv_count(mode, c.shape.rows, c.shape.cols)));
+    b.sinv_t = std::make_unique<Twin>(cpu, gpu, 4 * size_t(scale_inv_count(mode, c.shape.cols, c.shape.rows)));
+    // A delayed scale of 3 and an amax history value of 0.5 to max-accumulate into.
+    b.state = std::make_unique<Twin>(cpu, gpu, raw(std::vector<float>{0.5f, 3.0f, -1.0f, -1.0f, -1.0f}));
+  }
+  for (int side = 0; side < 2; ++side) {
+    Backend &be = side == 0 ? cpu : gpu;
+    const Device dev = side == 0 ? kCpu : kGpu;
+    auto ptr = [&](const std::unique_ptr<Twin> &t) { return side == 0 ? t->c.get() : t->g.get(); };
+    std::vector<TensorView> outs(cases.size()), outs_t(cases.size());
+    std::vector<QuantizeItem> items(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const ManyCase &c = cases[i];
+      Bufs &b = bufs[i];
+      const ScalingMode mode = c.kind == QuantizeItem::Kind::Block ? c.block_mode : ScalingMode::PerTensor;
+      float *st = static_cast<float *>(ptr(b.state));
+      QuantizeItem &q = items[i];
+      q.kind = c.kind;
+      q.x = make_view(ptr(b.x), c.in, dev, c.shape.rows, c.shape.cols);
+      outs[i] = make_view(ptr(b.out), c.out, dev, c.shape.rows, c.shape.cols);
+      outs[i].scale_inv = static_cast<float *>(ptr(b.sinv)), outs[i].scaling = mode;
+      outs_t[i] = make_view(ptr(b.out_t), c.out, dev, c.shape.cols, c.shape.rows);
+      outs_t[i].scale_inv = static_cast<float *>(ptr(b.sinv_t)), outs_t[i].scaling = mode;
+      q.out = c.want_row ? &outs[i] : nullptr;
+      q.out_t = c.want_col ? &outs_t[i] : nullptr;
+      q.scale = st + 1, q.amax_accum = st;
+      q.amax_out = st + 2, q.scale_out = st + 3, q.scale_inv_out = st + 4;
+      q.fp8_max = fp8_max(c.out);
+      q.block_mode = c.block_mode;
+      q.power_of_2 = (i % 2) == 1;
+      if (b.db) {
+        q.dbias = make_view(ptr(b.db), c.dbias, dev, c.shape.cols, 1);
+        q.dbias.ndim = 1;
+      }
+    }
+    if (side == 0) cpu.Backend::quantize_many(items.data(), int(items.size()));
+    else be.quantize_many(items.data(), int(items.size()));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ManyCase &c = cases[i];
+    const std::string what = "item " + std::to_string(i) + " kind " + std::to_string(int(c.kind)) + " " +
+                             name(c.shape) + " " + dtype_name(c.in) + "->" + dtype_name(c.out);
+    if (c.want_row) EXPECT_SAME_BYTES(*bufs[i].out, 1, what << " out");
+    if (c.want_col) EXPECT_SAME_BYTES(*bufs[i].out_t, 1, what << " out_t");
+    EXPECT_SAME_BYTES(*bufs[i].sinv, 4, what << " scale_inv");
+    EXPECT_SAME_BYTES(*bufs[i].sinv_t, 4, what << " scale_inv of out_t");
+    EXPECT_SAME_BYTES(*bufs[i].state, 4, what << " amax / scale state");
+    if (bufs[i].db) {  // sums in another order: within fp32 rounding of the sum of |x|
+      const std::vector<uint8_t> dc = bufs[i].db->c.read<uint8_t>(), dg = bufs[i].db->g.read<uint8_t>();
+      int bad = 0;
+      for (int64_t col = 0; col < c.shape.cols; ++col) {
+        const double vc = load_as_float(dc.data(), c.dbias, col), vg = load_as_float(dg.data(), c.dbias, col);
+        const double tol = 1e-5 * bufs[i].col_abs[size_t(col)] + (c.dbias == DType::F32 ? 0.0 : 0.0079 * std::fabs(vc)) + 1e-30;
+        if (!(std::fabs(vc - vg) <= tol) && bad++ < 3) ADD_FAILURE() << what << " dbias[" << col << "]: cpu " << vc << " gpu " << vg;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, QuantizeManyMatchesCpu) {
+  using K = QuantizeItem::Kind;
+  const DType B = DType::BF16, F = DType::F32, E4 = DType::E4M3, E5 = DType::E5M2;
+  // Runs broken by kind, input dtype and output formats, a tile-ragged tensor, NaN/inf inputs.
+  check_quantize_many(*cpu, *gpu,
+                      {{K::Delayed, B, E4, {131, 257}, true, true},
+                       {K::Delayed, B, E4, {256, 384}, true, true},
+                       {K::Delayed, B, E4, {16, 16}, true, false},
+                       {K::Current, B, E4, {1, 7}, true, true},
+                       {K::Current, B, E4, {384, 512}, true, true, ScalingMode::Block1x128, true},
+                       {K::Current, F, E5, {129, 127}, true, true},
+                       {K::Block, B, E4, {256, 384}, true, true, ScalingMode::Block1x128},
+                       {K::Block, B, E4, {200, 96}, true, true, ScalingMode::Block128x128},
+                       {K::Current, B, E4, {48, 272}, false, true},
+                       {K::Delayed, F, E5, {1, 4096}, true, true, ScalingMode::Block1x128, true}},
+                      500);
+  // More items of one kind than one launch takes (kMaxCastItems = 4): two launches.
+  std::vector<ManyCase> current, delayed;
+  for (int i = 0; i < 6; ++i) {
+    current.push_back({K::Current, B, E4, {int64_t(16 + 16 * i), int64_t(128 + 48 * i)}, true, true});
+    delayed.push_back({K::Delayed, B, E4, {int64_t(128 * (i + 1)), 256}, true, true});
+  }
+  check_quantize_many(*cpu, *gpu, current, 600);
+  check_quantize_many(*cpu, *gpu, delayed, 700);
+  // Bias gradients in the casts: one row of tiles (direct, BF16 and F32), several (partials),
+  // every kind, and an empty x (zeros).
+  check_quantize_many(*cpu, *gpu,
+                      {{K::Delayed, B, E5, {48, 272}, true, true, ScalingMode::Block1x128, false, B},
+                       {K::Delayed, B, E5, {300, 130}, true, true, ScalingMode::Block1x128, false, DType::F32},
+                       {K::Current, F, E4, {129, 257}, true, true, ScalingMode::Block1x128, false, DType::F32},
+                       {K::Current, B, E4, {1024, 384}, true, true, ScalingMode::Block1x128, false, B},
+                       {K::Block, B, E4, {384, 256}, true, true, ScalingMode::Block1x128, false, B},
+                       {K::Block, B, E4, {100, 200}, false, true, ScalingMode::Block1x128, false, DType::F32}},
+                      900);
+  // A large tensor: more amax blocks than partial slots (each block then strides further).
+  check_quantize_many(*cpu, *gpu, {{K::Current, B, E4, {4096, 4096}, true, true}, {K::Current, B, E4, {64, 4096}, true, true}}, 800);
+}
+
 }  // namespace
 }  // namespace te::gpu_test

@@ -43,8 +43,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   TE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
   try {
+    TE_CUDA_CHECK(cudaMalloc(&amax_partials_, sizeof(uint32_t) * kMaxCastItems * kAmaxPartialBlocks));
     gemm_ = std::make_unique<LtGemm>(device_);
   } catch (...) {
+    cudaFree(amax_partials_);
     cudaFree(workspace_);
     throw;
   }
@@ -55,6 +57,7 @@ CudaBackend::~CudaBackend() {
   drain_cache();
   cudaStreamSynchronize(stream_);
   gemm_.reset();
+  cudaFree(amax_partials_);
   cudaFree(workspace_);
 }
 
@@ -174,6 +177,11 @@ void CudaBackend::dequantize(const TensorView &x, const TensorView &out) {
 void CudaBackend::gemm(const GemmArgs &args) {
   DeviceGuard g(device_);
   gemm_->run(*this, args, workspace_, workspace_bytes_, stream_);
+}
+
+void CudaBackend::gemm_many(const GemmArgs *args, int n) {
+  DeviceGuard g(device_);
+  gemm_->run_many(*this, args, n, workspace_, workspace_bytes_, stream_);
 }
 
 void CudaBackend::activation_forward(Activation act, const TensorView &x, const TensorView &y) {

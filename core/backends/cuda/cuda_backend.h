@@ -43,8 +43,10 @@ class CudaBackend final : public Backend {
   void block_quantize(const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon, TensorView *out,
                       TensorView *out_t) override;
   void dequantize(const TensorView &x, const TensorView &out) override;
+  void quantize_many(const QuantizeItem *items, int n) override;
 
   void gemm(const GemmArgs &args) override;
+  void gemm_many(const GemmArgs *args, int n) override;
   void activation_forward(Activation act, const TensorView &x, const TensorView &y) override;
   void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                            const TensorView &dx) override;
@@ -77,6 +79,7 @@ class CudaBackend final : public Backend {
   void *workspace_ = nullptr;      // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
   std::unique_ptr<LtGemm> gemm_;
+  uint32_t *amax_partials_ = nullptr;  // quantize_many's current-scaling partials, reused in stream order
   BlockCache cache_;                         // freed blocks for reuse on stream_
   std::unordered_set<void *> captured_;      // live blocks allocated during stream capture
   bool capturing() const;                    // stream_ is being captured (or cannot be asked)

@@ -27,9 +27,9 @@ struct TileCoords {
   int g, u;        // thread's row group (rows 4g..4g+3) and column unit (cols 16u..16u+15)
 };
 
-__device__ __forceinline__ TileCoords tile_coords(int64_t tiles_c) {
+// The coordinates of tile `bid` (row-major over tiles) for this thread.
+__device__ __forceinline__ TileCoords tile_coords(int64_t tiles_c, int64_t bid = blockIdx.x) {
   TileCoords tc;
-  const int64_t bid = blockIdx.x;
   tc.r0 = (bid / tiles_c) * kTile;
   tc.c0 = (bid % tiles_c) * kTile;
   tc.g = threadIdx.x >> 3;
@@ -189,6 +189,37 @@ inline bool tile_vectors_aligned(const void *x, const void *out, const void *out
 
 __device__ __forceinline__ bool tile_is_full(const TileCoords &tc, int64_t rows, int64_t cols, bool aligned) {
   return aligned && tc.r0 + kTile <= rows && tc.c0 + kTile <= cols;
+}
+
+// ---- column sums of a tile (a bias gradient fused into the cast of dy) ----
+// Shared memory for tile_column_sums.
+struct ColumnSumSmem {
+  float warp[kTileThreads / 32][kTile];
+};
+
+// cs = the thread's sums over its 4 rows (in row order) of its 16 columns. The tile's 128 column
+// sums, in a fixed order (rows 4g..4g+3 in a thread, then the 4 row groups of a warp pairwise,
+// then the 8 warps in order), are stored as dbias partials: out[c] for the tile's columns c in
+// bounds, in `dtype` (F32 partials, or the gradient itself when one tile spans every row).
+__device__ __forceinline__ void tile_column_sums(float (&cs)[kUnit], const TileCoords &tc, int64_t cols,
+                                                 ColumnSumSmem &sm, void *out, DType dtype) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < kUnit; ++j) {
+    cs[j] = __fadd_rn(cs[j], __shfl_xor_sync(0xFFFFFFFFu, cs[j], 8));
+    cs[j] = __fadd_rn(cs[j], __shfl_xor_sync(0xFFFFFFFFu, cs[j], 16));
+  }
+  if (lane < 8) {
+#pragma unroll
+    for (int j = 0; j < kUnit; ++j) sm.warp[warp][kUnit * tc.u + j] = cs[j];
+  }
+  __syncthreads();
+  if (threadIdx.x < kTile && tc.c0 + threadIdx.x < cols) {
+    float total = sm.warp[0][threadIdx.x];
+#pragma unroll
+    for (int w = 1; w < kTileThreads / 32; ++w) total = __fadd_rn(total, sm.warp[w][threadIdx.x]);
+    dev_store_from_float(out, dtype, tc.c0 + threadIdx.x, total);
+  }
 }
 
 }  // namespace te::cuda

@@ -21,12 +21,58 @@ void cast_transpose(Backend &be, const TensorView &x, const float *scale, float 
                     TensorView *out_t, cudaStream_t stream);
 void block_quantize(Backend &be, const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon,
                     TensorView *out, TensorView *out_t, cudaStream_t stream);
+
+// ---- several tensors per launch (Backend::quantize_many) ----
+constexpr int kMaxCastItems = 4;        // tensors per launch
+constexpr int kAmaxPartialBlocks = 256;  // at most this many amax partials per tensor
+constexpr int64_t kSelfAmaxElements = 32768;  // current scaling: at most this many, no amax pass
+
+// One tensor of cast_transpose_many: cast_transpose's arguments, or (scale == nullptr) current
+// scaling from amax_partials' output: partials[0 .. npartials) -> amax -> *amax_out, the scale
+// from compute_scale_from_amax -> *scale_out, its inverse -> *scale_inv_out, then the cast;
+// partials == nullptr (x of at most kSelfAmaxElements): the amax of x itself.
+struct CastItem {
+  TensorView x;
+  const float *scale = nullptr;
+  float *amax_accum = nullptr;
+  float *scale_copy = nullptr;  // delayed: receives *scale
+  TensorView *out = nullptr, *out_t = nullptr;
+  const uint32_t *partials = nullptr;
+  int npartials = 0;
+  float *amax_out = nullptr, *scale_out = nullptr, *scale_inv_out = nullptr;
+  float fp8_max = 0.0f, epsilon = 0.0f;
+  bool power_of_2 = false;
+  // Optional: x's column sums (a bias gradient) in the same pass. x of at most 128 rows: the
+  // gradient itself, dbias_dtype; else F32 partials [ceil(rows / 128)][cols] for sum_bias_partials.
+  void *dbias = nullptr;
+  DType dbias_dtype = DType::F32;
+};
+// 1..kMaxCastItems items of one input dtype and one pair of output formats, one launch.
+void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream);
+// One tensor of block_quantize_many: block_quantize's arguments.
+struct BlockQuantizeItem {
+  TensorView x;
+  ScalingMode mode = ScalingMode::Block1x128;
+  bool power_of_2 = false;
+  float epsilon = 0.0f;
+  TensorView *out = nullptr, *out_t = nullptr;
+  void *dbias = nullptr;  // as CastItem's
+  DType dbias_dtype = DType::F32;
+};
+// 1..kMaxCastItems tensors of one input dtype (any modes), one launch.
+void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t stream);
+// For 1..kMaxCastItems tensors of one dtype, one launch: the bits of max |x| over each of a
+// tensor's blocks go to partials[i * kAmaxPartialBlocks + b]; npartials[i] receives b's count.
+void amax_partials(const TensorView *xs, int n, uint32_t *partials, int *npartials, cudaStream_t stream);
 void dequantize(const TensorView &x, const TensorView &out, cudaStream_t stream);
 
 void activation_forward(Activation act, const TensorView &x, const TensorView &y, cudaStream_t stream);
 void activation_backward(Activation act, const TensorView &x, const TensorView &dy, const TensorView &dx,
                          cudaStream_t stream);
 void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStream_t stream);
+// db = the sum over `parts` rows of partial[parts][cols] (F32), in row order (the second half of
+// a bias gradient fused into a cast).
+void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const TensorView &db, cudaStream_t stream);
 
 // LayerNorm / RMSNorm (kernels_norm.cu): statistics in the order of numerics/norm.h, so that
 // mu, rsigma, y and the FP8 codes are bit-identical to the CPU backend's. The forward takes no

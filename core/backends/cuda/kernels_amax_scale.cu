@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "base/check.h"
 
 namespace te::cuda {
 
@@ -97,6 +98,97 @@ void amax(Backend &be, const TensorView &x, float *amax, bool accumulate, cudaSt
 void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max, bool power_of_2,
                      float epsilon, cudaStream_t stream) {
   scale_from_amax_kernel<<<1, 1, 0, stream>>>(amax, scale, scale_inv, fp8_max, power_of_2, epsilon);
+  TE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace te::cuda
+
+// ---- amax partials of several tensors (current scaling's first pass in quantize_many) ----------
+namespace te::cuda {
+
+namespace {
+
+struct AmaxItemParams {
+  const void *x;
+  int64_t n;
+  uint32_t *partials;
+  unsigned first_block, blocks;
+  bool vec;  // 16-byte aligned: vector loads
+  DType dtype;
+};
+
+struct AmaxManyParams {
+  AmaxItemParams item[kMaxCastItems];
+  int n;
+};
+
+template <DType T>
+__global__ void __launch_bounds__(kAmaxThreads) amax_partials_kernel(const AmaxManyParams p) {
+  __shared__ uint32_t scratch[32];
+  AmaxItemParams it = p.item[0];
+#pragma unroll
+  for (int i = 1; i < kMaxCastItems; ++i)
+    if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
+  const int64_t b = blockIdx.x - it.first_block;
+  const int64_t tid = b * kAmaxThreads + threadIdx.x, stride = static_cast<int64_t>(it.blocks) * kAmaxThreads;
+  uint32_t m = 0;
+  if (it.vec) {
+    constexpr int kPer = InType<T>::kPerVec;
+    const uint4 *v = static_cast<const uint4 *>(it.x);
+    const int64_t nvec = it.n / kPer;
+    int64_t i = tid;
+    for (; i + (kAmaxUnroll - 1) * stride < nvec; i += kAmaxUnroll * stride) {
+      uint4 r[kAmaxUnroll];
+#pragma unroll
+      for (int u = 0; u < kAmaxUnroll; ++u) r[u] = __ldg(v + i + u * stride);
+#pragma unroll
+      for (int u = 0; u < kAmaxUnroll; ++u) {
+        float f[kPer];
+        unpack16<T>(r[u], f);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) m = max(m, abs_bits(f[j]));
+      }
+    }
+    for (; i < nvec; i += stride) {
+      float f[kPer];
+      unpack16<T>(__ldg(v + i), f);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) m = max(m, abs_bits(f[j]));
+    }
+    for (int64_t t = nvec * kPer + tid; t < it.n; t += stride) m = max(m, abs_bits(load_scalar<T>(it.x, t)));
+  } else {
+    for (int64_t t = tid; t < it.n; t += stride) m = max(m, abs_bits(dev_load_as_float(it.x, it.dtype, t)));
+  }
+  m = block_max_u32(m, scratch);
+  if (threadIdx.x == 0) it.partials[b] = m;
+}
+
+}  // namespace
+
+void amax_partials(const TensorView *xs, int n, uint32_t *partials, int *npartials, cudaStream_t stream) {
+  if (n < 1 || n > kMaxCastItems) fail(Status::Internal, "amax_partials: %d tensors (1..%d)", n, kMaxCastItems);
+  AmaxManyParams p{};
+  p.n = n;
+  unsigned grid = 0;
+  for (int i = 0; i < n; ++i) {
+    AmaxItemParams &q = p.item[i];
+    q.x = xs[i].data;
+    q.n = xs[i].numel();
+    q.dtype = xs[i].dtype;
+    q.vec = aligned16(q.x) && is_high_precision(q.dtype);
+    q.partials = partials + static_cast<size_t>(i) * kAmaxPartialBlocks;
+    const int64_t work = q.vec ? q.n / (q.dtype == DType::F32 ? 4 : 8) : q.n;
+    const unsigned g = grid_for(work);
+    q.blocks = g < unsigned(kAmaxPartialBlocks) ? g : unsigned(kAmaxPartialBlocks);
+    q.first_block = grid;
+    grid += q.blocks;
+    npartials[i] = static_cast<int>(q.blocks);
+  }
+  switch (xs[0].dtype) {
+    case DType::F32: amax_partials_kernel<DType::F32><<<grid, kAmaxThreads, 0, stream>>>(p); break;
+    case DType::F16: amax_partials_kernel<DType::F16><<<grid, kAmaxThreads, 0, stream>>>(p); break;
+    default: amax_partials_kernel<DType::BF16><<<grid, kAmaxThreads, 0, stream>>>(p); break;
+  }
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -67,4 +67,11 @@ void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStre
   }
 }
 
+void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const TensorView &db, cudaStream_t stream) {
+  if (cols == 0) return;
+  sum_splits_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(partial, static_cast<int>(parts), cols,
+                                                                                   db.data, db.dtype);
+  TE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace te::cuda

@@ -6,9 +6,12 @@
 //    (shuffles within a warp, then across the 8 warps through shared memory).
 //  - Block128x128: one amax per tile, shared by out and out_t (whose tile grid is transposed).
 // Scales: compute_scale_from_amax per block, scale_inv = 1 / scale, as the CPU reference.
+// One launch quantizes up to kMaxCastItems tensors of one input dtype, each in its own mode
+// (quantize_many: a layer's input, 1x128, and weight, 128x128).
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
+#include "base/check.h"
 
 namespace te::cuda {
 
@@ -23,19 +26,38 @@ struct BlockQuantizeParams {
   float epsilon;
   int64_t rows, cols, tiles_c;
   bool aligned;
+  ScalingMode mode;
+  unsigned first_block;  // the tensor's first block in the grid (several tensors per launch)
+  void *dbias;           // optional column sums of x, as CastItem's (kernels.h)
+  DType dbias_dtype;
+};
+
+struct BlockQuantizeBatch {
+  BlockQuantizeParams item[kMaxCastItems];
+  int n;
 };
 
 __device__ __forceinline__ float fmt_max(int fmt) { return fmt == kFmtE4M3 ? kE4M3Max : kE5M2Max; }
 
 __device__ __forceinline__ float amax_float(uint32_t bits) { return __uint_as_float(canonical_amax_bits(bits)); }
 
+// Shared memory of one tile's quantization.
+struct BlockSmem {
+  alignas(16) uint8_t t[kTile * kTile];
+  uint32_t col_amax[kTileThreads / 32][kTile];
+  float col_scale[kTile];
+  uint32_t scratch[32];
+  ColumnSumSmem col_sums;
+};
+
+// Tile `bid` of one tensor.
 template <DType T, ScalingMode Mode>
-__global__ void __launch_bounds__(kTileThreads) block_quantize_kernel(const BlockQuantizeParams p) {
-  __shared__ alignas(16) uint8_t smem_t[kTile * kTile];
-  __shared__ uint32_t col_amax[kTileThreads / 32][kTile];
-  __shared__ float col_scale[kTile];
-  __shared__ uint32_t scratch[32];
-  const TileCoords tc = tile_coords(p.tiles_c);
+__device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int64_t bid, BlockSmem &sm) {
+  uint8_t *smem_t = sm.t;
+  auto &col_amax = sm.col_amax;
+  float *col_scale = sm.col_scale;
+  uint32_t *scratch = sm.scratch;
+  const TileCoords tc = tile_coords(p.tiles_c, bid);
   const bool full = tile_is_full(tc, p.rows, p.cols, p.aligned);
   const int64_t row_blocks = (p.rows + kTile - 1) / kTile;
   const int64_t rb = tc.r0 / kTile, cb = tc.c0 / kTile;
@@ -128,23 +150,42 @@ __global__ void __launch_bounds__(kTileThreads) block_quantize_kernel(const Bloc
     __syncthreads();
     write_transposed(smem_t, p.out_t, p.rows, p.cols, tc, full);
   }
-}
-
-template <ScalingMode Mode>
-void launch(DType t, const BlockQuantizeParams &p, unsigned grid, cudaStream_t stream) {
-  switch (t) {
-    case DType::F32: block_quantize_kernel<DType::F32, Mode><<<grid, kTileThreads, 0, stream>>>(p); return;
-    case DType::F16: block_quantize_kernel<DType::F16, Mode><<<grid, kTileThreads, 0, stream>>>(p); return;
-    default: block_quantize_kernel<DType::BF16, Mode><<<grid, kTileThreads, 0, stream>>>(p); return;
+  if (p.dbias != nullptr) {  // the bias gradient of dy, from the values already in registers
+    float cs[kUnit] = {};
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j) cs[j] = __fadd_rn(cs[j], f[i][j]);
+    const bool direct = p.rows <= kTile;
+    void *row = direct ? p.dbias : static_cast<float *>(p.dbias) + rb * p.cols;
+    tile_column_sums(cs, tc, p.cols, sm.col_sums, row, direct ? p.dbias_dtype : DType::F32);
   }
 }
 
-}  // namespace
+// Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid; the block's
+// tensor is selected with constant indices (a dynamic index into the parameters would copy them
+// to local memory), its scaling mode at run time.
+template <DType T>
+__global__ void __launch_bounds__(kTileThreads, 2) block_quantize_kernel(const BlockQuantizeBatch b) {
+  __shared__ BlockSmem sm;
+  BlockQuantizeParams p = b.item[0];
+#pragma unroll
+  for (int i = 1; i < kMaxCastItems; ++i)
+    if (i < b.n && blockIdx.x >= b.item[i].first_block) p = b.item[i];
+  const int64_t bid = blockIdx.x - p.first_block;
+  if (p.mode == ScalingMode::Block1x128) quantize_tile<T, ScalingMode::Block1x128>(p, bid, sm);
+  else quantize_tile<T, ScalingMode::Block128x128>(p, bid, sm);
+}
 
-void block_quantize(Backend &be, const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon,
-                    TensorView *out, TensorView *out_t, cudaStream_t stream) {
-  if (x.numel() == 0 || (out == nullptr && out_t == nullptr)) return;  // no blocks, no scales
+// The parameters of one tensor; false when it has nothing to write (no blocks, no scales).
+bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
+  const TensorView &x = q.x;
+  TensorView *out = q.out, *out_t = q.out_t;
+  if (x.numel() == 0 || (out == nullptr && out_t == nullptr)) return false;
   BlockQuantizeParams p;
+  p.mode = q.mode;
+  p.power_of_2 = q.power_of_2;
+  p.epsilon = q.epsilon;
   p.x = x.data;
   p.out = out != nullptr ? static_cast<uint8_t *>(out->data) : nullptr;
   p.out_t = out_t != nullptr ? static_cast<uint8_t *>(out_t->data) : nullptr;
@@ -152,16 +193,44 @@ void block_quantize(Backend &be, const TensorView &x, ScalingMode mode, bool pow
   p.out_t_scale_inv = out_t != nullptr ? out_t->scale_inv : nullptr;
   p.out_fmt = fmt_of(out);
   p.out_t_fmt = fmt_of(out_t);
-  p.power_of_2 = power_of_2;
-  p.epsilon = epsilon;
   p.rows = x.rows();
   p.cols = x.cols();
   p.tiles_c = (p.cols + kTile - 1) / kTile;
   p.aligned = tile_vectors_aligned(p.x, p.out, p.out_t, p.rows, p.cols);
-  const unsigned grid = static_cast<unsigned>(p.tiles_c * ((p.rows + kTile - 1) / kTile));
-  if (mode == ScalingMode::Block1x128) launch<ScalingMode::Block1x128>(x.dtype, p, grid, stream);
-  else launch<ScalingMode::Block128x128>(x.dtype, p, grid, stream);
+  p.first_block = 0;
+  p.dbias = q.dbias;
+  p.dbias_dtype = q.dbias_dtype;
+  *out_p = p;
+  return true;
+}
+
+}  // namespace
+
+void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t stream) {
+  if (n < 1 || n > kMaxCastItems) fail(Status::Internal, "block_quantize_many: %d items (1..%d)", n, kMaxCastItems);
+  BlockQuantizeBatch b{};
+  unsigned grid = 0;
+  for (int i = 0; i < n; ++i) {
+    BlockQuantizeParams p;
+    if (!tensor_params(items[i], &p)) continue;
+    p.first_block = grid;
+    grid += static_cast<unsigned>(p.tiles_c * ((p.rows + kTile - 1) / kTile));
+    b.item[b.n++] = p;
+  }
+  if (b.n == 0) return;
+  switch (items[0].x.dtype) {
+    case DType::F32: block_quantize_kernel<DType::F32><<<grid, kTileThreads, 0, stream>>>(b); break;
+    case DType::F16: block_quantize_kernel<DType::F16><<<grid, kTileThreads, 0, stream>>>(b); break;
+    default: block_quantize_kernel<DType::BF16><<<grid, kTileThreads, 0, stream>>>(b); break;
+  }
   TE_CUDA_CHECK_LAUNCH();
+}
+
+void block_quantize(Backend &, const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon, TensorView *out,
+                    TensorView *out_t, cudaStream_t stream) {
+  BlockQuantizeItem q;
+  q.x = x, q.mode = mode, q.power_of_2 = power_of_2, q.epsilon = epsilon, q.out = out, q.out_t = out_t;
+  block_quantize_many(&q, 1, stream);
 }
 
 }  // namespace te::cuda

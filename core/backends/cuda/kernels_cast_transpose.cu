@@ -2,36 +2,102 @@
 // row-major and out_t = its transpose, through the 128x128 tile machinery of fp8_tile.cuh.
 // Templated on the input dtype and both output formats (kFmtNone: not written), so each
 // instantiation's inner loop is straight-line code.
+//
+// One launch casts up to kMaxCastItems tensors of one (dtype, formats) kind: the grid is the
+// items' tile grids one after the other (quantize_many: a layer's input and weight in one launch).
+// An item's scale is *scale (delayed), or comes from the per-block amax maxima that
+// amax_partials wrote (current scaling): every block reduces them and applies
+// compute_scale_from_amax itself, so amax -> scale -> cast takes two launches and no memset.
+// A small tensor (kSelfAmaxElements at most) needs no amax pass at all: each of its few blocks
+// reads all of it (from L2) and takes the amax itself, so it is one launch.
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
+#include "base/check.h"
 
 namespace te::cuda {
 
 namespace {
 
-struct CastTransposeParams {
+struct CastItemParams {
   const void *x;
-  const float *scale;
-  float *amax;  // nullable
+  const float *scale;  // null: from partials
+  float *amax;         // nullable: max-accumulates max |x|
+  float *scale_copy;   // nullable: receives the scale (delayed: a backward's snapshot of it)
   uint8_t *out, *out_t;
   float *out_scale_inv, *out_t_scale_inv;
   int64_t rows, cols, tiles_c;
+  unsigned first_block;  // the item's first block in the grid
   bool aligned;
+  // Current scaling: the amax is the max of partials[0 .. npartials) (bits); block 0 of the item
+  // stores it, the scale and its inverse.
+  const uint32_t *partials;
+  int npartials;
+  float *amax_out, *scale_out, *scale_inv_out;
+  float fp8_max, epsilon;
+  bool power_of_2;
+  // Optional bias gradient of x (dy): column sums per row of tiles, [row tiles][cols] F32, or,
+  // when one row of tiles covers x, the gradient itself in dbias_dtype.
+  void *dbias;
+  DType dbias_dtype;
 };
 
-template <DType T, int OutFmt, int OutTFmt>
+struct CastTransposeParams {
+  CastItemParams item[kMaxCastItems];
+  int n;
+};
+
+// The block's item, selected with constant indices (a dynamic index into the parameter space
+// would copy it to local memory).
+__device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &p) {
+  CastItemParams it = p.item[0];
+#pragma unroll
+  for (int i = 1; i < kMaxCastItems; ++i)
+    if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
+  return it;
+}
+
+// Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
+// without one keep their registers).
+template <DType T, int OutFmt, int OutTFmt, bool Dbias>
 __global__ void __launch_bounds__(kTileThreads) cast_transpose_kernel(const CastTransposeParams p) {
   __shared__ alignas(16) uint8_t smem_t[OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
-  const TileCoords tc = tile_coords(p.tiles_c);
-  const bool full = tile_is_full(tc, p.rows, p.cols, p.aligned);
-  const float s = *p.scale;
+  __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias
+  const CastItemParams it = block_item(p);
+  const int64_t bid = blockIdx.x - it.first_block;
+  const TileCoords tc = tile_coords(it.tiles_c, bid);
+  const bool full = tile_is_full(tc, it.rows, it.cols, it.aligned);
+  float s;
+  if (it.scale != nullptr) {
+    s = *it.scale;
+  } else {
+    uint32_t pm = 0;
+    if (it.partials != nullptr) {
+      for (int i = threadIdx.x; i < it.npartials; i += kTileThreads) pm = max(pm, it.partials[i]);
+    } else {
+      const int64_t n = it.rows * it.cols;
+      for (int64_t i = threadIdx.x; i < n; i += kTileThreads) pm = max(pm, abs_bits(load_scalar<T>(it.x, i)));
+    }
+    const float amax = __uint_as_float(canonical_amax_bits(block_max_u32(pm, scratch)));
+    s = dev_compute_scale_from_amax(amax, it.fp8_max, it.power_of_2, it.epsilon);
+    if (bid == 0 && threadIdx.x == 0) {
+      *it.amax_out = amax;
+      *it.scale_out = s;
+      *it.scale_inv_out = reciprocal_rn(s);
+    }
+  }
 
   uint32_t m = 0;
   uint32_t wt[kRowsPerThread][4];
-  for_tile_rows<T>(p.x, p.rows, p.cols, tc, full, [&](int i, const float (&f)[kUnit]) {
+  float cs[kUnit] = {};
+  const bool dbias = Dbias && it.dbias != nullptr;
+  for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, [&](int i, const float (&f)[kUnit]) {
     m = max(m, row_abs_max(f));
+    if (dbias) {
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j) cs[j] = __fadd_rn(cs[j], f[j]);
+    }
     float v[kUnit];
 #pragma unroll
     for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
@@ -39,7 +105,7 @@ __global__ void __launch_bounds__(kTileThreads) cast_transpose_kernel(const Cast
       uint32_t w[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) w[q] = encode4<OutFmt>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-      store_row_codes(p.out, p.rows, p.cols, tc.r0 + kRowsPerThread * tc.g + i, tc.c0 + kUnit * tc.u, full, w);
+      store_row_codes(it.out, it.rows, it.cols, tc.r0 + kRowsPerThread * tc.g + i, tc.c0 + kUnit * tc.u, full, w);
       if constexpr (OutTFmt == OutFmt) set_row_words(wt, i, w);
     }
     if constexpr (OutTFmt != kFmtNone && OutTFmt != OutFmt) {
@@ -53,23 +119,32 @@ __global__ void __launch_bounds__(kTileThreads) cast_transpose_kernel(const Cast
   if constexpr (OutTFmt != kFmtNone) {
     stash_transposed(smem_t, tc, wt);
     __syncthreads();
-    write_transposed(smem_t, p.out_t, p.rows, p.cols, tc, full);
+    write_transposed(smem_t, it.out_t, it.rows, it.cols, tc, full);
   }
 
-  if (p.amax != nullptr) {
-    m = block_max_u32(m, scratch);
-    if (threadIdx.x == 0) atomic_amax(p.amax, canonical_amax_bits(m));
+  if (dbias) {
+    const bool direct = it.rows <= kTile;  // one row of tiles: these sums are the gradient
+    void *row = direct ? it.dbias : static_cast<float *>(it.dbias) + (tc.r0 / kTile) * it.cols;
+    tile_column_sums(cs, tc, it.cols, col_sums[0], row, direct ? it.dbias_dtype : DType::F32);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  if (it.amax != nullptr) {
+    m = block_max_u32(m, scratch);
+    if (threadIdx.x == 0) atomic_amax(it.amax, canonical_amax_bits(m));
+  }
+  if (bid == 0 && threadIdx.x == 0) {
     const float scale_inv = reciprocal_rn(s);
-    if (p.out_scale_inv != nullptr) *p.out_scale_inv = scale_inv;
-    if (p.out_t_scale_inv != nullptr) *p.out_t_scale_inv = scale_inv;
+    if (it.out_scale_inv != nullptr) *it.out_scale_inv = scale_inv;
+    if (it.out_t_scale_inv != nullptr) *it.out_t_scale_inv = scale_inv;
+    if (it.scale_copy != nullptr) *it.scale_copy = s;
   }
 }
 
 template <DType T, int OutFmt, int OutTFmt>
 void launch(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
-  cast_transpose_kernel<T, OutFmt, OutTFmt><<<grid, kTileThreads, 0, stream>>>(p);
+  bool dbias = false;
+  for (int i = 0; i < p.n; ++i) dbias = dbias || p.item[i].dbias != nullptr;
+  if (dbias) cast_transpose_kernel<T, OutFmt, OutTFmt, true><<<grid, kTileThreads, 0, stream>>>(p);
+  else cast_transpose_kernel<T, OutFmt, OutTFmt, false><<<grid, kTileThreads, 0, stream>>>(p);
 }
 
 template <DType T, int OutFmt>
@@ -92,30 +167,56 @@ void dispatch_out(const CastTransposeParams &p, int out_fmt, int out_t_fmt, unsi
 
 }  // namespace
 
-void cast_transpose(Backend &be, const TensorView &x, const float *scale, float *amax_accum, TensorView *out,
-                    TensorView *out_t, cudaStream_t stream) {
-  CastTransposeParams p;
-  p.x = x.data;
-  p.scale = scale;
-  p.amax = amax_accum;
-  p.out = out != nullptr ? static_cast<uint8_t *>(out->data) : nullptr;
-  p.out_t = out_t != nullptr ? static_cast<uint8_t *>(out_t->data) : nullptr;
-  p.out_scale_inv = out != nullptr ? out->scale_inv : nullptr;
-  p.out_t_scale_inv = out_t != nullptr ? out_t->scale_inv : nullptr;
-  p.rows = x.rows();
-  p.cols = x.cols();
-  if (x.numel() == 0) p.rows = p.cols = 0;
-  p.tiles_c = p.cols == 0 ? 1 : (p.cols + kTile - 1) / kTile;
-  p.aligned = tile_vectors_aligned(p.x, p.out, p.out_t, p.rows, p.cols);
-  const int64_t tiles = p.tiles_c * ((p.rows + kTile - 1) / kTile);
-  // At least one block: it writes scale_inv (and folds amax 0) for an empty tensor too.
-  const unsigned grid = static_cast<unsigned>(tiles < 1 ? 1 : tiles);
+void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
+  if (n < 1 || n > kMaxCastItems) fail(Status::Internal, "cast_transpose_many: %d items (1..%d)", n, kMaxCastItems);
+  CastTransposeParams p{};
+  p.n = n;
+  unsigned grid = 0;
+  for (int i = 0; i < n; ++i) {
+    const CastItem &c = items[i];
+    CastItemParams &q = p.item[i];
+    q.x = c.x.data;
+    q.scale = c.scale;
+    q.amax = c.amax_accum;
+    q.scale_copy = c.scale_copy;
+    q.out = c.out != nullptr ? static_cast<uint8_t *>(c.out->data) : nullptr;
+    q.out_t = c.out_t != nullptr ? static_cast<uint8_t *>(c.out_t->data) : nullptr;
+    q.out_scale_inv = c.out != nullptr ? c.out->scale_inv : nullptr;
+    q.out_t_scale_inv = c.out_t != nullptr ? c.out_t->scale_inv : nullptr;
+    q.rows = c.x.rows();
+    q.cols = c.x.cols();
+    if (c.x.numel() == 0) q.rows = q.cols = 0;
+    q.tiles_c = q.cols == 0 ? 1 : (q.cols + kTile - 1) / kTile;
+    q.aligned = tile_vectors_aligned(q.x, q.out, q.out_t, q.rows, q.cols);
+    q.partials = c.partials;
+    q.npartials = c.npartials;
+    q.amax_out = c.amax_out, q.scale_out = c.scale_out, q.scale_inv_out = c.scale_inv_out;
+    q.fp8_max = c.fp8_max, q.epsilon = c.epsilon, q.power_of_2 = c.power_of_2;
+    q.dbias = c.dbias, q.dbias_dtype = c.dbias_dtype;
+    const int64_t tiles = q.tiles_c * ((q.rows + kTile - 1) / kTile);
+    // At least one block: it writes scale_inv (and folds amax 0) for an empty tensor too.
+    q.first_block = grid;
+    grid += static_cast<unsigned>(tiles < 1 ? 1 : tiles);
+  }
+  const TensorView &x = items[0].x;
+  const int out_fmt = fmt_of(items[0].out), out_t_fmt = fmt_of(items[0].out_t);
   switch (x.dtype) {
-    case DType::F32: dispatch_out<DType::F32>(p, fmt_of(out), fmt_of(out_t), grid, stream); break;
-    case DType::F16: dispatch_out<DType::F16>(p, fmt_of(out), fmt_of(out_t), grid, stream); break;
-    default: dispatch_out<DType::BF16>(p, fmt_of(out), fmt_of(out_t), grid, stream); break;
+    case DType::F32: dispatch_out<DType::F32>(p, out_fmt, out_t_fmt, grid, stream); break;
+    case DType::F16: dispatch_out<DType::F16>(p, out_fmt, out_t_fmt, grid, stream); break;
+    default: dispatch_out<DType::BF16>(p, out_fmt, out_t_fmt, grid, stream); break;
   }
   TE_CUDA_CHECK_LAUNCH();
+}
+
+void cast_transpose(Backend &, const TensorView &x, const float *scale, float *amax_accum, TensorView *out,
+                    TensorView *out_t, cudaStream_t stream) {
+  CastItem c;
+  c.x = x;
+  c.scale = scale;
+  c.amax_accum = amax_accum;
+  c.out = out;
+  c.out_t = out_t;
+  cast_transpose_many(&c, 1, stream);
 }
 
 }  // namespace te::cuda

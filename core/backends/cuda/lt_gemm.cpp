@@ -551,14 +551,14 @@ LtGemm::LtGemm(int device) : impl_(std::make_unique<Impl>()) {
 
 LtGemm::~LtGemm() = default;
 
-void LtGemm::run(Backend &be, const GemmArgs &g, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const int64_t m = g.d.rows(), n = g.d.cols();
-  const int64_t k = g.transa ? g.a.rows() : g.a.cols();
-  if (m == 0 || n == 0) return;
+namespace {
+
+// What LtGemm runs at all (the CPU backend's rules are wider): throws Unsupported otherwise.
+void check_supported(const GemmArgs &g) {
+  const int64_t m = g.d.rows(), n = g.d.cols(), k = g.transa ? g.a.rows() : g.a.cols();
   if (!is_high_precision(g.d.dtype))
     fail(Status::Unsupported, "GEMM: output dtype %s not supported (F32, F16 or BF16)", dtype_name(g.d.dtype));
-  const bool fp8 = is_fp8(g.a.dtype) || is_fp8(g.b.dtype);
-  if (fp8) {
+  if (is_fp8(g.a.dtype) || is_fp8(g.b.dtype)) {
     if (!is_fp8(g.a.dtype) || !is_fp8(g.b.dtype))
       fail(Status::Unsupported, "GEMM: FP8 operands must both be FP8, got A %s and B %s", dtype_name(g.a.dtype),
            dtype_name(g.b.dtype));
@@ -574,26 +574,68 @@ void LtGemm::run(Backend &be, const GemmArgs &g, void *workspace, size_t workspa
     fail(Status::Unsupported, "GEMM: operands must be both FP8 or of one high-precision dtype, got A %s and B %s",
          dtype_name(g.a.dtype), dtype_name(g.b.dtype));
   }
+}
 
+bool is_empty(const GemmArgs &g) { return g.d.rows() == 0 || g.d.cols() == 0; }
+
+}  // namespace
+
+// A (checked, non-empty) GEMM small_gemm takes: *s filled, true.
+bool LtGemm::small(const GemmArgs &g, SmallGemmArgs *s) const {
+  const int64_t m = g.d.rows(), n = g.d.cols(), k = g.transa ? g.a.rows() : g.a.cols();
+  if (!impl_->small || k == 0 || static_cast<double>(m) * n * k > kSmallGemmMacs ||
+      (g.epilogue != Epilogue::None && g.epilogue != Epilogue::Bias))
+    return false;
+  *s = SmallGemmArgs();
+  s->a = g.a.data, s->b = g.b.data, s->a_dtype = g.a.dtype, s->b_dtype = g.b.dtype;
+  s->transa = g.transa, s->transb = g.transb;
+  s->m = m, s->n = n, s->k = k;
+  if (is_fp8(g.a.dtype)) {
+    s->a_scale = g.a.scale_inv, s->b_scale = g.b.scale_inv;
+    s->a_mode = g.a.scaling, s->b_mode = g.b.scaling;
+  }
+  s->d = g.d.data, s->d_dtype = g.d.dtype, s->accumulate = g.accumulate;
+  if (g.epilogue == Epilogue::Bias) s->bias = g.bias.data, s->bias_dtype = g.bias.dtype;
+  return true;
+}
+
+void LtGemm::run_many(Backend &be, const GemmArgs *gs, int count, void *workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  for (int i = 0; i < count; ++i)
+    if (!is_empty(gs[i])) check_supported(gs[i]);  // all checked before any runs
+  SmallGemmArgs batch[kMaxSmallGemms];
+  int n = 0;
+  for (int i = 0; i < count; ++i) {
+    if (is_empty(gs[i])) continue;
+    if (!small(gs[i], &batch[n])) {
+      run_checked(be, gs[i], workspace, workspace_bytes, stream);
+      continue;
+    }
+    if (++n == kMaxSmallGemms) small_gemm(batch, n, stream), n = 0;
+  }
+  if (n) small_gemm(batch, n, stream);
+}
+
+void LtGemm::run(Backend &be, const GemmArgs &g, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (is_empty(g)) return;
+  check_supported(g);
+  run_checked(be, g, workspace, workspace_bytes, stream);
+}
+
+void LtGemm::run_checked(Backend &be, const GemmArgs &g, void *workspace, size_t workspace_bytes,
+                         cudaStream_t stream) {
+  const int64_t m = g.d.rows(), n = g.d.cols();
+  const int64_t k = g.transa ? g.a.rows() : g.a.cols();
+  const bool fp8 = is_fp8(g.a.dtype);
   if (k == 0) {  // D = epilogue(0 (+ old D))
     Buffer zeros(&be, static_cast<size_t>(m * n) * sizeof(float));
     TE_CUDA_CHECK(cudaMemsetAsync(zeros.get(), 0, static_cast<size_t>(m * n) * sizeof(float), stream));
     Impl::finish(g, zeros.floats(), stream);
     return;
   }
-  if (impl_->small && static_cast<double>(m) * n * k <= kSmallGemmMacs &&
-      (g.epilogue == Epilogue::None || g.epilogue == Epilogue::Bias)) {
-    SmallGemmArgs s;
-    s.a = g.a.data, s.b = g.b.data, s.a_dtype = g.a.dtype, s.b_dtype = g.b.dtype;
-    s.transa = g.transa, s.transb = g.transb;
-    s.m = m, s.n = n, s.k = k;
-    if (fp8) {
-      s.a_scale = g.a.scale_inv, s.b_scale = g.b.scale_inv;
-      s.a_mode = g.a.scaling, s.b_mode = g.b.scaling;
-    }
-    s.d = g.d.data, s.d_dtype = g.d.dtype, s.accumulate = g.accumulate;
-    if (g.epilogue == Epilogue::Bias) s.bias = g.bias.data, s.bias_dtype = g.bias.dtype;
-    small_gemm(s, stream);
+  SmallGemmArgs s;
+  if (small(g, &s)) {
+    small_gemm(&s, 1, stream);
     return;
   }
   if (fp8 && (g.a.scaling != ScalingMode::PerTensor || g.b.scaling != ScalingMode::PerTensor)) {

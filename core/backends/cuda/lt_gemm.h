@@ -16,6 +16,8 @@
 
 namespace te::cuda {
 
+struct SmallGemmArgs;  // lt_gemm_kernels.h
+
 class LtGemm {
  public:
   // Throws Unsupported when cuBLASLt cannot be loaded, Cublas when it fails to initialise.
@@ -26,8 +28,14 @@ class LtGemm {
 
   // workspace: workspace_bytes of device memory owned by the backend.
   void run(Backend &be, const GemmArgs &args, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+  // Independent GEMMs (no output read by another): every one is checked first, then the small
+  // ones run in one launch.
+  void run_many(Backend &be, const GemmArgs *args, int n, void *workspace, size_t workspace_bytes,
+                cudaStream_t stream);
 
  private:
+  void run_checked(Backend &be, const GemmArgs &args, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+  bool small(const GemmArgs &g, SmallGemmArgs *s) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

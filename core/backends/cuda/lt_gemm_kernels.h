@@ -60,6 +60,8 @@ struct SmallGemmArgs {
   const void *bias = nullptr;  // null: no bias
   DType bias_dtype = DType::F32;
 };
-void small_gemm(const SmallGemmArgs &args, cudaStream_t stream);
+constexpr int kMaxSmallGemms = 4;
+// 1..kMaxSmallGemms independent GEMMs (no output read by another) in one launch.
+void small_gemm(const SmallGemmArgs *args, int n, cudaStream_t stream);
 
 }  // namespace te::cuda

@@ -10,6 +10,8 @@
 // + old D, + bias, rounded once.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/lt_gemm_kernels.h"
@@ -31,11 +33,25 @@ __device__ __forceinline__ float block_scale(const float *s, ScalingMode mode, i
   }
 }
 
-__global__ void __launch_bounds__(kThreads) small_gemm_kernel(SmallGemmArgs p) {
+struct SmallGemmBatch {
+  SmallGemmArgs g[kMaxSmallGemms];
+};
+
+// One launch runs every GEMM of the batch: blockIdx.z picks the GEMM (selected with constant
+// indices: a dynamic index into the parameter space would copy it to local memory), blocks past
+// its tile grid return at once.
+__global__ void __launch_bounds__(kThreads) small_gemm_kernel(const SmallGemmBatch batch) {
+  SmallGemmArgs p = batch.g[0];
+#pragma unroll
+  for (int i = 1; i < kMaxSmallGemms; ++i)
+    if (blockIdx.z == unsigned(i)) p = batch.g[i];
   __shared__ float as[kTile][kTile + 1];  // [m in tile][k in tile]
   __shared__ float bs[kTile][kTile + 1];  // [n in tile][k in tile]
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int64_t m0 = int64_t(blockIdx.y) * kTile, n0 = int64_t(blockIdx.x) * kTile;
+  // Tiles row-major over the GEMM's output, numbered along x (y would cap m at 65535 tiles).
+  const int64_t tiles_n = (p.n + kTile - 1) / kTile, tile = blockIdx.x;
+  const int64_t m0 = (tile / tiles_n) * kTile, n0 = (tile % tiles_n) * kTile;
+  if (m0 >= p.m) return;
   const bool block = p.a_mode != ScalingMode::PerTensor || p.b_mode != ScalingMode::PerTensor;
   const int64_t cb = (p.k + 127) / 128;
   float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}}, part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
@@ -89,9 +105,15 @@ __global__ void __launch_bounds__(kThreads) small_gemm_kernel(SmallGemmArgs p) {
 
 }  // namespace
 
-void small_gemm(const SmallGemmArgs &args, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((args.n + kTile - 1) / kTile), static_cast<unsigned>((args.m + kTile - 1) / kTile));
-  small_gemm_kernel<<<grid, kThreads, 0, stream>>>(args);
+void small_gemm(const SmallGemmArgs *args, int n, cudaStream_t stream) {
+  SmallGemmBatch batch{};
+  int64_t tiles = 1;
+  for (int i = 0; i < n; ++i) {
+    batch.g[i] = args[i];
+    tiles = std::max<int64_t>(tiles, ((args[i].m + kTile - 1) / kTile) * ((args[i].n + kTile - 1) / kTile));
+  }
+  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(n));
+  small_gemm_kernel<<<grid, kThreads, 0, stream>>>(batch);
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -176,12 +176,11 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
     if (fp8) {
       for (int i = 0; i < 4; ++i) A.states[i].commit(be, std::move(staged[i]));
       s->ticket = ac.enter_module();
-      const TensorView *hp[3] = {&in.q, &in.k, &in.v};
+      const TensorView hp[3] = {in.q, in.k, in.v};
       QuantizedMatrix *q8[3] = {&s->q8, &s->k8, &s->v8};
-      for (int i = 0; i < 3; ++i) {
-        req.state = &A.states[i];
-        quantize(be, req, *hp[i], *q8[i]);
-      }
+      QuantizeRequest reqs[3] = {req, req, req};
+      for (int i = 0; i < 3; ++i) reqs[i].state = &A.states[i];
+      quantize_many(be, reqs, hp, q8, 3);
       // P <= 1, so its scale comes from that bound under every recipe: no pass over the scores,
       // and no first steps at the state's initial scale 1, which would flush the P of long
       // sequences (~1/seq) to zero. Delayed scaling still records max P in S's state.

@@ -60,9 +60,11 @@ void ProjectionBackward::commit() {
   Backend &be = ctx_.backend();
   st_.grad_output.commit(be, std::move(staged_));
   if (delayed_ && !saved_.grad_scale_taken) {
+    // The first backward snapshots the gradient scale (later calls reuse it, whatever scale
+    // updates happened since): run() has the cast copy it, or copies it when nothing is cast.
     saved_.grad_scale = std::move(grad_scale_);
-    be.copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));
     saved_.grad_scale_taken = true;
+    snapshot_pending_ = true;
   }
 }
 
@@ -74,12 +76,21 @@ void ProjectionBackward::run() {
     req.recipe = recipe_;
     req.group = group_;
     req.state = &st_.grad_output;
-    req.scale = delayed_ ? saved_.grad_scale.floats() : nullptr;
+    if (delayed_ && !snapshot_pending_) req.scale = saved_.grad_scale.floats();
+    if (snapshot_pending_) req.scale_copy = saved_.grad_scale.floats();
+    req.dbias = g_.db;  // the bias gradient in the pass that casts dy
     quantize(be, req, dy_, dyq_);
+  } else if (snapshot_pending_) {
+    be.copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));
   }
-  if (want_dx) be.gemm(dgrad_);
-  if (g_.db.data) be.bias_grad(dy_, g_.db);
-  if (want_dw) be.gemm(wgrad_);
+  snapshot_pending_ = false;
+  // dgrad and wgrad in one backend call: small ones share a launch.
+  GemmArgs gemms[2];
+  int n = 0;
+  if (want_dx) gemms[n++] = dgrad_;
+  if (want_dw) gemms[n++] = wgrad_;
+  be.gemm_many(gemms, n);
+  if (g_.db.data && !(saved_.fp8 && (want_dx || want_dw))) be.bias_grad(dy_, g_.db);
 }
 
 void ProjectionBackward::register_state(uint64_t pass) {

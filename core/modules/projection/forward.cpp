@@ -106,16 +106,16 @@ void ProjectionForward::run() {
     be.gemm(fprop_);
     return;
   }
-  QuantizeRequest req;
-  req.recipe = mode_.recipe;
-  req.group = mode_.group;
-  if (!external_) {
-    req.state = &st_.input;
-    quantize(be, req, x_, xq_);
-  }
+  // The input and the weight in one backend call: at small shapes each launch is the cost.
+  QuantizeRequest reqs[2];
+  TensorView xs[2];
+  QuantizedMatrix *outs[2];
+  int n = 0;
+  if (!external_) reqs[n].state = &st_.input, xs[n] = x_, outs[n++] = &xq_;
+  if (!reuse_weight_) reqs[n].state = &st_.weight, xs[n] = w_, outs[n++] = &wc_->q;
+  for (int i = 0; i < n; ++i) reqs[i].recipe = mode_.recipe, reqs[i].group = mode_.group;
+  quantize_many(be, reqs, xs, outs, n);
   if (!reuse_weight_) {
-    req.state = &st_.weight;
-    quantize(be, req, w_, wc_->q);
     wc_->recipe_key = mode_.recipe->key();
     wc_->recipe = RecipeRef(mode_.recipe);
     wc_->group_reduced = mode_.group && mode_.group->needs_reduction() && mode_.recipe->kind() == RecipeKind::Current &&

@@ -135,6 +135,7 @@ class ProjectionBackward {
   TensorView dy_;
   ProjectionGrads g_;
   bool registers_ = false, delayed_ = false;
+  bool snapshot_pending_ = false;  // commit() took the gradient-scale snapshot's buffer; run() fills it
   QuantizedMatrix dyq_;
   Buffer grad_scale_;
   ScalingState::Staged staged_;
