@@ -232,6 +232,40 @@ struct Recipe {
   ~Recipe() { te_recipe_release(r); }
 };
 
+// Counts the API calls of `step` when asked and CUPTI is built in.
+void maybe_profile(const std::string &name, const std::function<void(std::vector<double> &)> &step, int nseg,
+                   bool profile_it) {
+#if TE_BENCH_CUPTI
+  if (profile_it) profile(name, step, nseg);
+#else
+  (void)name, (void)step, (void)nseg, (void)profile_it;
+#endif
+}
+
+// A LayerNorm module's training step, timed as forward alone and the whole step (autocast
+// begin, forward, end, backward, destroy). forward(&bwd) and backward(bwd) make the calls.
+template <class Bwd, class Forward, class Backward>
+void run_module_step(const std::string &name, const te_autocast_options *ao, Forward forward, Backward backward,
+                     void (*destroy)(Bwd *), bool profile_it) {
+  auto step = [&](std::vector<double> &t) {
+    te_autocast_token tok;
+    Bwd *bwd = nullptr;
+    auto t0 = Clock::now();
+    CHECK(te_autocast_begin(g_ctx, ao, &tok));
+    auto t1 = Clock::now();
+    forward(&bwd);
+    auto t2 = Clock::now();
+    CHECK(te_autocast_end(g_ctx, tok));
+    backward(bwd);
+    destroy(bwd);
+    auto t3 = Clock::now();
+    using D = std::chrono::duration<double, std::micro>;
+    t[0] += D(t2 - t1).count(), t[1] += D(t3 - t0).count();
+  };
+  run(name, Segments({"forward", "step"}), step);
+  maybe_profile(name, step, 2, profile_it);
+}
+
 // A whole Linear training step, each part timed: autocast begin, forward, end, backward, destroy.
 void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
   if (!wanted(std::string("linear_") + recipe + (weight_unchanged ? "_weight_unchanged" : ""))) return;
@@ -275,11 +309,7 @@ void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
   };
   const std::string name = std::string("linear_") + recipe + (weight_unchanged ? "_weight_unchanged" : "");
   run(name, Segments({"begin", "forward", "end", "backward", "destroy", "step"}), step);
-#if TE_BENCH_CUPTI
-  if (profile_it) profile(name, step, 6);
-#else
-  (void)profile_it;
-#endif
+  maybe_profile(name, step, 6, profile_it);
   te_linear_destroy(lin);
 }
 
@@ -308,28 +338,11 @@ void bench_layernorm_linear(const char *recipe, bool profile_it) {
   te_linear_backward_args once;
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
-  auto step = [&](std::vector<double> &t) {
-    te_autocast_token tok;
-    te_layernorm_linear_backward_ctx *bwd = nullptr;
-    auto t0 = Clock::now();
-    CHECK(te_autocast_begin(g_ctx, &rc.ao, &tok));
-    auto t1 = Clock::now();
-    CHECK(te_layernorm_linear_forward(g_ctx, m, &fa, &y, &bwd));
-    auto t2 = Clock::now();
-    CHECK(te_autocast_end(g_ctx, tok));
-    CHECK(te_layernorm_linear_backward(g_ctx, bwd, &dy, &gr, &once));
-    te_layernorm_linear_backward_ctx_destroy(bwd);
-    auto t3 = Clock::now();
-    using D = std::chrono::duration<double, std::micro>;
-    t[0] += D(t2 - t1).count(), t[1] += D(t3 - t0).count();
-  };
-  const std::string name = std::string("layernorm_linear_") + recipe;
-  run(name, Segments({"forward", "step"}), step);
-#if TE_BENCH_CUPTI
-  if (profile_it) profile(name, step, 2);
-#else
-  (void)profile_it;
-#endif
+  run_module_step<te_layernorm_linear_backward_ctx>(
+      std::string("layernorm_linear_") + recipe, &rc.ao,
+      [&](te_layernorm_linear_backward_ctx **bwd) { CHECK(te_layernorm_linear_forward(g_ctx, m, &fa, &y, bwd)); },
+      [&](te_layernorm_linear_backward_ctx *bwd) { CHECK(te_layernorm_linear_backward(g_ctx, bwd, &dy, &gr, &once)); },
+      te_layernorm_linear_backward_ctx_destroy, profile_it);
   te_layernorm_linear_destroy(m);
 }
 
@@ -363,28 +376,11 @@ void bench_layernorm_mlp(const char *recipe, bool profile_it) {
   te_linear_backward_args once;
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
-  auto step = [&](std::vector<double> &t) {
-    te_autocast_token tok;
-    te_layernorm_mlp_backward_ctx *bwd = nullptr;
-    auto t0 = Clock::now();
-    CHECK(te_autocast_begin(g_ctx, &rc.ao, &tok));
-    auto t1 = Clock::now();
-    CHECK(te_layernorm_mlp_forward(g_ctx, m, &fa, &y, &bwd));
-    auto t2 = Clock::now();
-    CHECK(te_autocast_end(g_ctx, tok));
-    CHECK(te_layernorm_mlp_backward(g_ctx, bwd, &dy, &gr, &once));
-    te_layernorm_mlp_backward_ctx_destroy(bwd);
-    auto t3 = Clock::now();
-    using D = std::chrono::duration<double, std::micro>;
-    t[0] += D(t2 - t1).count(), t[1] += D(t3 - t0).count();
-  };
-  const std::string name = std::string("layernorm_mlp_") + recipe;
-  run(name, Segments({"forward", "step"}), step);
-#if TE_BENCH_CUPTI
-  if (profile_it) profile(name, step, 2);
-#else
-  (void)profile_it;
-#endif
+  run_module_step<te_layernorm_mlp_backward_ctx>(
+      std::string("layernorm_mlp_") + recipe, &rc.ao,
+      [&](te_layernorm_mlp_backward_ctx **bwd) { CHECK(te_layernorm_mlp_forward(g_ctx, m, &fa, &y, bwd)); },
+      [&](te_layernorm_mlp_backward_ctx *bwd) { CHECK(te_layernorm_mlp_backward(g_ctx, bwd, &dy, &gr, &once)); },
+      te_layernorm_mlp_backward_ctx_destroy, profile_it);
   te_layernorm_mlp_destroy(m);
 }
 

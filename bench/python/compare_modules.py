@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import cuda_time  # noqa: E402  (the same timing method as compare_torch.py)
+from compare_torch import cuda_time, import_torchao  # noqa: E402  (the same timing and torchao import)
 
 MODULES = ("layernorm_linear", "layernorm_mlp", "grouped_linear")
 FP8_RECIPES = ("delayed", "current", "block")
@@ -135,16 +135,6 @@ class Peers:
                 pass
             torch.cuda.empty_cache()
             self.on_update()
-
-
-def import_torchao():
-    """(module functions, version, None) or (None, None, reason)."""
-    try:
-        import torchao
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-    except Exception as e:
-        return None, None, f"torchao is not importable: {type(e).__name__}: {e}"
-    return (Float8LinearConfig, convert_to_float8_training), getattr(torchao, "__version__", "?"), None
 
 
 def ln_models(torch, module, s):

@@ -54,8 +54,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
-  drain_cache();
   cudaStreamSynchronize(stream_);
+  // Everything has run: the cached blocks go back synchronously (the stream may be gone next).
+  cache_.drain([](void *p) { cudaFree(p); });
   gemm_.reset();
   cudaFree(amax_partials_);
   cudaFree(workspace_);

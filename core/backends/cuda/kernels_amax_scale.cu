@@ -14,14 +14,13 @@ constexpr int kAmaxThreads = 256;
 constexpr int kAmaxMaxBlocks = 2048;
 constexpr int kAmaxUnroll = 4;  // 16-byte loads in flight per thread
 
+// max |x| bits over this thread's share of x (16-byte aligned, high precision): elements
+// [tid, n) in steps of `stride` 16-byte vectors, kAmaxUnroll loads in flight, then the tail.
 template <DType T>
-__global__ void __launch_bounds__(kAmaxThreads) amax_vec_kernel(const void *x, int64_t n, float *out) {
-  __shared__ uint32_t scratch[32];
+__device__ __forceinline__ uint32_t strided_amax_vec(const void *x, int64_t n, int64_t tid, int64_t stride) {
   constexpr int kPer = InType<T>::kPerVec;
   const uint4 *v = static_cast<const uint4 *>(x);
   const int64_t nvec = n / kPer;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   uint32_t m = 0;
   int64_t i = tid;
   for (; i + (kAmaxUnroll - 1) * stride < nvec; i += kAmaxUnroll * stride) {
@@ -43,8 +42,16 @@ __global__ void __launch_bounds__(kAmaxThreads) amax_vec_kernel(const void *x, i
     for (int j = 0; j < kPer; ++j) m = max(m, abs_bits(f[j]));
   }
   // The tail that does not fill a vector.
-  const int64_t t = nvec * kPer + tid;
-  if (t < n) m = max(m, abs_bits(load_scalar<T>(x, t)));
+  for (int64_t t = nvec * kPer + tid; t < n; t += stride) m = max(m, abs_bits(load_scalar<T>(x, t)));
+  return m;
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kAmaxThreads) amax_vec_kernel(const void *x, int64_t n, float *out) {
+  __shared__ uint32_t scratch[32];
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint32_t m = strided_amax_vec<T>(x, n, tid, stride);
   m = block_max_u32(m, scratch);
   if (threadIdx.x == 0) atomic_amax(out, canonical_amax_bits(m));
 }
@@ -133,29 +140,7 @@ __global__ void __launch_bounds__(kAmaxThreads) amax_partials_kernel(const AmaxM
   const int64_t tid = b * kAmaxThreads + threadIdx.x, stride = static_cast<int64_t>(it.blocks) * kAmaxThreads;
   uint32_t m = 0;
   if (it.vec) {
-    constexpr int kPer = InType<T>::kPerVec;
-    const uint4 *v = static_cast<const uint4 *>(it.x);
-    const int64_t nvec = it.n / kPer;
-    int64_t i = tid;
-    for (; i + (kAmaxUnroll - 1) * stride < nvec; i += kAmaxUnroll * stride) {
-      uint4 r[kAmaxUnroll];
-#pragma unroll
-      for (int u = 0; u < kAmaxUnroll; ++u) r[u] = __ldg(v + i + u * stride);
-#pragma unroll
-      for (int u = 0; u < kAmaxUnroll; ++u) {
-        float f[kPer];
-        unpack16<T>(r[u], f);
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) m = max(m, abs_bits(f[j]));
-      }
-    }
-    for (; i < nvec; i += stride) {
-      float f[kPer];
-      unpack16<T>(__ldg(v + i), f);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) m = max(m, abs_bits(f[j]));
-    }
-    for (int64_t t = nvec * kPer + tid; t < it.n; t += stride) m = max(m, abs_bits(load_scalar<T>(it.x, t)));
+    m = strided_amax_vec<T>(it.x, it.n, tid, stride);
   } else {
     for (int64_t t = tid; t < it.n; t += stride) m = max(m, abs_bits(dev_load_as_float(it.x, it.dtype, t)));
   }
