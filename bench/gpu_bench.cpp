@@ -14,6 +14,8 @@
 // te_context_synchronize calls, after warm-up.
 #include <te/te.h>
 
+#include "bench_recipe.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -240,22 +242,12 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k,
 class RecipeCase {
  public:
   explicit RecipeCase(const std::string &name) {
-    CHECK(te_autocast_options_init(&ao_));
-    if (name == "bf16") {
-      ao_.enabled = 0;
-      return;
-    }
-    if (name != "delayed" && name != "current" && name != "block") {
-      std::fprintf(stderr, "te_bench_gpu: unknown recipe '%s' (delayed, current, block, bf16)\n", name.c_str());
+    std::string why;
+    const te_status st = bench::recipe_case(name, &ao_, &recipe_, &why);
+    if (st != TE_SUCCESS) {
+      std::fprintf(stderr, "te_bench_gpu: %s: %s\n", why.c_str(), te_status_string(st));
       std::exit(2);
     }
-    const te_recipe_kind kind = name == "delayed"   ? TE_RECIPE_DELAYED_SCALING
-                                : name == "current" ? TE_RECIPE_CURRENT_SCALING
-                                                    : TE_RECIPE_BLOCK_SCALING;
-    te_recipe_options ro;
-    CHECK(te_recipe_options_init(&ro, kind));
-    CHECK(te_recipe_create(&recipe_, &ro));
-    ao_.recipe = recipe_;
   }
   ~RecipeCase() { te_recipe_release(recipe_); }
   RecipeCase(const RecipeCase &) = delete;

@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 #include <te/te.h>
 
+#include "bench_recipe.h"
+
 #if TE_BENCH_CUPTI
 #include <cupti.h>
 #endif
@@ -216,18 +218,12 @@ struct Recipe {
   te_recipe *r = nullptr;
   te_autocast_options ao;
   explicit Recipe(const char *name) {
-    CHECK(te_autocast_options_init(&ao));
-    if (!std::strcmp(name, "bf16")) {
-      ao.enabled = 0;
-      return;
+    std::string why;
+    const te_status st = bench::recipe_case(name, &ao, &r, &why);
+    if (st != TE_SUCCESS) {
+      std::fprintf(stderr, "te_bench_gpu_host: %s: %s: %s\n", why.c_str(), te_status_string(st), te_last_error());
+      std::exit(2);
     }
-    te_recipe_kind kind = !std::strcmp(name, "delayed")   ? TE_RECIPE_DELAYED_SCALING
-                          : !std::strcmp(name, "current") ? TE_RECIPE_CURRENT_SCALING
-                                                          : TE_RECIPE_BLOCK_SCALING;
-    te_recipe_options ro;
-    CHECK(te_recipe_options_init(&ro, kind));
-    CHECK(te_recipe_create(&r, &ro));
-    ao.recipe = r;
   }
   ~Recipe() { te_recipe_release(r); }
 };

@@ -24,6 +24,8 @@
 //                    [--recipes delayed,current,block,bf16]
 #include <te/te.h>
 
+#include "bench_recipe.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -213,20 +215,10 @@ double time_per_call(te_context *ctx, F &&fn, int iters, int reps) {
 class RecipeCase {
  public:
   explicit RecipeCase(const std::string &name) : name_(name) {
-    CHECK(te_autocast_options_init(&ao_));
-    if (name == "bf16") {
-      ao_.enabled = 0;
-      return;
-    }
-    te_recipe_kind kind;
-    if (name == "delayed") kind = TE_RECIPE_DELAYED_SCALING;
-    else if (name == "current") kind = TE_RECIPE_CURRENT_SCALING;
-    else if (name == "block") kind = TE_RECIPE_BLOCK_SCALING;
-    else throw BenchError("unknown recipe '" + name + "' (delayed, current, block, bf16)");
-    te_recipe_options ro;
-    CHECK(te_recipe_options_init(&ro, kind));
-    CHECK(te_recipe_create(&recipe_, &ro));
-    ao_.recipe = recipe_;
+    std::string why;
+    const te_status st = bench::recipe_case(name, &ao_, &recipe_, &why);
+    if (st != TE_SUCCESS)
+      throw BenchError(why + ": " + te_status_string(st) + (st == TE_ERROR_INVALID_ARGUMENT ? "" : std::string(": ") + te_last_error()));
   }
   ~RecipeCase() { te_recipe_release(recipe_); }
   RecipeCase(const RecipeCase &) = delete;
