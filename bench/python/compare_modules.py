@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import cuda_time, import_torchao  # noqa: E402  (the same timing and torchao import)
+from compare_torch import Peers, import_torchao  # noqa: E402  (the same peers, timing and torchao import)
 
 MODULES = ("layernorm_linear", "layernorm_mlp", "grouped_linear")
 FP8_RECIPES = ("delayed", "current", "block")
@@ -91,50 +91,12 @@ def run_libte(binary, extra_args, lib_dir=None):
 
 
 # ---- PyTorch peers -------------------------------------------------------------------------------
-class Peers:
-    """Measures peers one at a time, keeping what it has, so a late failure loses nothing."""
-
-    def __init__(self, torch, deadline_s, on_update):
-        self.torch = torch
-        self.start = time.time()
-        self.deadline_s = deadline_s
-        self.on_update = on_update
-        self.out = {}
+class ModulePeers(Peers):
+    """compare_torch's Peers, one result dict per module."""
 
     def measure(self, module, name, build, flops, iters, compiled=False):
-        torch = self.torch
-        res = self.out.setdefault(module, {})
-        left = self.deadline_s - (time.time() - self.start)
-        need = 150 if compiled else 20
-        if left < need:
-            res[name] = {"skipped": f"time budget: {left:.0f} s left of --deadline-s {self.deadline_s}, "
-                                    f"a {'compiled' if compiled else 'eager'} peer needs about {need} s"}
-            print(f"SKIPPED {module} {name}: {res[name]['skipped']}", flush=True)
-            return
-        try:
-            step, note = build()
-            t0 = time.time()
-            step()  # compiles, for the compiled peers
-            torch.cuda.synchronize()
-            first_s = time.time() - t0
-            ms = cuda_time(torch, step, iters=iters, warmup=3)
-            res[name] = {"ms": ms, "TFLOPs": flops / (ms * 1e-3) / 1e12, "first_call_s": first_s, "iters": iters}
-            if note:
-                res[name].update(note)
-            print(f"{module} {name}: {ms:.3f} ms ({res[name]['TFLOPs']:.0f} TFLOP/s); first call {first_s:.1f} s",
-                  flush=True)
-        except Exception as e:  # a peer that cannot run is reported, not fatal
-            res[name] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-            print(f"FAILED {module} {name}: {res[name]['error']}", flush=True)
-        finally:
-            step = None
-            torch.cuda.synchronize()
-            try:
-                torch._dynamo.reset()
-            except Exception:
-                pass
-            torch.cuda.empty_cache()
-            self.on_update()
+        super().measure(name, build, flops, iters, compiled, into=self.out.setdefault(module, {}),
+                        label=f"{module} {name}")
 
 
 def ln_models(torch, module, s):
@@ -465,7 +427,7 @@ def main():
                 if ver != "0.18.0":
                     print(f"note: torchao {ver}, not 0.18.0", flush=True)
             print(f"GPU: {record['env']['gpu']}, torch {torch.__version__}, torchao {ver or 'SKIPPED'}", flush=True)
-            peers = Peers(torch, args.deadline_s, save)
+            peers = ModulePeers(torch, time.time(), args.deadline_s, save)
             peers.out = record["torch"]
             for module in ("layernorm_linear", "layernorm_mlp"):
                 if module not in only:

@@ -41,6 +41,7 @@ TARGET = 0.85  # libte Linear step time / torchao float8 compiled step time, at 
 MATCHING_TORCHAO = {"delayed": "tensorwise", "current": "tensorwise", "block": "rowwise"}
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 COMPILED_PEER_NEEDS_S = 120  # a compiled peer is not started with less time than this left
+EAGER_PEER_NEEDS_S = 20      # nor an eager one with less than this
 DEVICE = "cuda"  # every peer's tensors (a module constant so that a dry run can point it at "cpu")
 
 
@@ -99,8 +100,9 @@ def block_label(key):
 
 # ---- PyTorch peers -------------------------------------------------------------------------------
 class Peers:
-    """Measures one peer at a time into a flat dict, keeping what it has (errors are recorded, not
-    fatal; compiled peers are skipped when the time budget is nearly spent)."""
+    """Measures one peer at a time into a dict, keeping what it has (errors are recorded, not fatal;
+    peers are skipped when the time budget is nearly spent). compare_modules.py uses it too, with
+    one dict per module (`into`)."""
 
     def __init__(self, torch, start, deadline_s, on_update):
         self.torch, self.start, self.deadline_s, self.on_update = torch, start, deadline_s, on_update
@@ -109,12 +111,15 @@ class Peers:
     def left_s(self):
         return self.deadline_s - (time.time() - self.start)
 
-    def measure(self, key, build, flops=None, iters=10, compiled=False):
+    def measure(self, key, build, flops=None, iters=10, compiled=False, into=None, label=None):
         torch = self.torch
-        if compiled and self.left_s() < COMPILED_PEER_NEEDS_S:
-            self.out[key] = {"skipped": f"time budget: {self.left_s():.0f} s left of --deadline-s {self.deadline_s:.0f}, "
-                                        f"a compiled peer needs about {COMPILED_PEER_NEEDS_S} s"}
-            print(f"SKIPPED {key}: {self.out[key]['skipped']}", flush=True)
+        out = self.out if into is None else into
+        label = label or key
+        need = COMPILED_PEER_NEEDS_S if compiled else EAGER_PEER_NEEDS_S
+        if self.left_s() < need:
+            out[key] = {"skipped": f"time budget: {self.left_s():.0f} s left of --deadline-s {self.deadline_s:.0f}, "
+                                   f"a {'compiled' if compiled else 'eager'} peer needs about {need} s"}
+            print(f"SKIPPED {label}: {out[key]['skipped']}", flush=True)
             return
         step = None
         try:
@@ -128,12 +133,12 @@ class Peers:
             if flops:
                 r["TFLOPs"] = flops / (ms * 1e-3) / 1e12
             r.update(note or {})
-            self.out[key] = r
-            print(f"{key}: {ms:.3f} ms" + (f" ({r['TFLOPs']:.0f} TFLOP/s)" if flops else "") +
+            out[key] = r
+            print(f"{label}: {ms:.3f} ms" + (f" ({r['TFLOPs']:.0f} TFLOP/s)" if flops else "") +
                   f"; first call {first_s:.1f} s", flush=True)
         except Exception as e:  # a peer that cannot run is reported, not fatal
-            self.out[key] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-            print(f"FAILED {key}: {self.out[key]['error']}", flush=True)
+            out[key] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            print(f"FAILED {label}: {out[key]['error']}", flush=True)
         finally:
             step = None
             torch.cuda.synchronize()
