@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import Peers, import_torchao  # noqa: E402  (the same peers, timing and torchao import)
+from compare_torch import Peers, load_peers_json, loud, new_record, peer_torch  # noqa: E402  (shared with te_bench_gpu's comparison)
 
 MODULES = ("layernorm_linear", "layernorm_mlp", "grouped_linear")
 FP8_RECIPES = ("delayed", "current", "block")
@@ -347,11 +347,6 @@ def version_text(v):
     return "?" if not isinstance(v, (int, float)) else f"{int(v) // 10000}.{int(v) // 100 % 100}.{int(v) % 100}"
 
 
-def loud(msg):
-    bar = "=" * 78
-    print(f"\n{bar}\n{msg}\n{bar}\n", flush=True)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("te_bench_modules", nargs="?", help="path of the te_bench_modules program")
@@ -374,15 +369,7 @@ def main():
         if m not in MODULES:
             ap.error(f"unknown module {m!r} (one of {', '.join(MODULES)})")
 
-    record = {"libte": None, "torch": {}, "env": {}}
-    if args.build_info:
-        with open(args.build_info) as f:
-            record["libte_build"] = f.read()
-
-    def save():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(record, f, indent=2)
+    record, save = new_record(args.build_info, args.json)
 
     rc = 0
     if args.libte_json:
@@ -398,35 +385,11 @@ def main():
 
     torchao_skip = None
     if args.peers_json:
-        with open(args.peers_json) as f:
-            loaded = json.load(f)
-        record["torch"] = loaded.get("torch", loaded)
-        record["env"] = loaded.get("env", {})
-        torchao_skip = record["env"].get("torchao_skipped")
+        torchao_skip = load_peers_json(record, args.peers_json)
     else:
-        try:
-            import torch
-        except ImportError as e:
-            torch = None
-            loud(f"SKIPPED: every PyTorch peer: PyTorch is not importable ({e})")
-            record["env"]["torch_skipped"] = str(e)
-        if torch is not None and not torch.cuda.is_available():
-            loud("SKIPPED: every PyTorch peer: torch.cuda.is_available() is False")
-            record["env"]["torch_skipped"] = "no CUDA device visible to PyTorch"
-            torch = None
+        torch, torchao_api, torchao_skip = peer_torch(record, args.no_compile)
         if torch is not None:
-            record["env"].update({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                  "cuda": torch.version.cuda,
-                                  "has_torch_grouped_mm": hasattr(torch, "_grouped_mm")})
-            torchao_api, ver, torchao_skip = (None, None, "--no-compile") if args.no_compile else import_torchao()
-            if torchao_skip:
-                loud(f"SKIPPED: torchao float8 peer: {torchao_skip}")
-                record["env"]["torchao_skipped"] = torchao_skip
-            else:
-                record["env"]["torchao"] = ver
-                if ver != "0.18.0":
-                    print(f"note: torchao {ver}, not 0.18.0", flush=True)
-            print(f"GPU: {record['env']['gpu']}, torch {torch.__version__}, torchao {ver or 'SKIPPED'}", flush=True)
+            record["env"]["has_torch_grouped_mm"] = hasattr(torch, "_grouped_mm")
             peers = ModulePeers(torch, time.time(), args.deadline_s, save)
             peers.out = record["torch"]
             for module in ("layernorm_linear", "layernorm_mlp"):
@@ -445,7 +408,7 @@ def main():
     rows, problems = build_rows(te, record["torch"], args.quick, only)
     print_table(rows)
     if torchao_skip:
-        loud(f"SKIPPED: torchao float8 peer: {torchao_skip}\n(the <= {TARGET}x targets were not measured)")
+        loud(f"SKIPPED: torchao float8 peers: {torchao_skip}\n(the <= {TARGET}x targets were not measured)")
     if problems:
         print("libte problems:")
         for p in problems:

@@ -449,6 +449,57 @@ def run_libte(binary, quick, lib_dir):
         return {"error": f"te_bench_gpu failed: exit status {p.returncode}, no JSON on stdout: {tail}"}, p.returncode
 
 
+def new_record(build_info, json_path):
+    """The run's JSON record and save(), which rewrites json_path (when given) with it; both
+    comparison programs keep everything they have measured there, so a late failure loses nothing."""
+    record = {"libte": None, "torch": {}, "env": {}}
+    if build_info:
+        with open(build_info) as f:
+            record["libte_build"] = f.read()
+
+    def save():
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(record, f, indent=2)
+
+    return record, save
+
+
+def load_peers_json(record, path):
+    """The peers' numbers (and env) of an earlier run into record; returns its torchao skip reason."""
+    with open(path) as f:
+        loaded = json.load(f)
+    record["torch"], record["env"] = loaded.get("torch", loaded), loaded.get("env", {})
+    return record["env"].get("torchao_skipped")
+
+
+def peer_torch(record, no_compile):
+    """(torch, torchao_api, torchao_skip): torch is None, with the reason said loudly and kept in
+    record["env"], when PyTorch or its CUDA is missing; torchao_skip is why torchao's peers cannot
+    run (None when they can)."""
+    try:
+        import torch
+    except ImportError as e:
+        loud(f"SKIPPED: every PyTorch peer: PyTorch is not importable ({e})")
+        record["env"]["torch_skipped"] = str(e)
+        return None, None, None
+    if not torch.cuda.is_available():
+        loud("SKIPPED: every PyTorch peer: torch.cuda.is_available() is False")
+        record["env"]["torch_skipped"] = "no CUDA device visible to PyTorch"
+        return None, None, None
+    record["env"].update({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda})
+    torchao_api, ver, torchao_skip = (None, None, "--no-compile") if no_compile else import_torchao()
+    if torchao_skip:
+        loud(f"SKIPPED: torchao float8 peers: {torchao_skip}")
+        record["env"]["torchao_skipped"] = torchao_skip
+    else:
+        record["env"]["torchao"] = ver
+        if ver != "0.18.0":
+            print(f"note: torchao {ver}, not 0.18.0", flush=True)
+    print(f"GPU: {record['env']['gpu']}, torch {torch.__version__}, torchao {ver or 'SKIPPED'}", flush=True)
+    return torch, torchao_api, torchao_skip
+
+
 def main():
     start = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -467,15 +518,7 @@ def main():
     if not args.te_bench_gpu and not args.libte_json:
         ap.error("give the te_bench_gpu program or --libte-json")
 
-    record = {"libte": None, "torch": {}, "env": {}}
-    if args.build_info:
-        with open(args.build_info) as f:
-            record["libte_build"] = f.read()
-
-    def save():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(record, f, indent=2)
+    record, save = new_record(args.build_info, args.json)
 
     rc = 0
     if args.libte_json:
@@ -495,33 +538,10 @@ def main():
 
     torchao_skip = None
     if args.peers_json:
-        with open(args.peers_json) as f:
-            loaded = json.load(f)
-        record["torch"], record["env"] = loaded.get("torch", loaded), loaded.get("env", {})
-        torchao_skip = record["env"].get("torchao_skipped")
+        torchao_skip = load_peers_json(record, args.peers_json)
     else:
-        try:
-            import torch
-        except ImportError as e:
-            torch = None
-            loud(f"SKIPPED: every PyTorch peer: PyTorch is not importable ({e})")
-            record["env"]["torch_skipped"] = str(e)
-        if torch is not None and not torch.cuda.is_available():
-            loud("SKIPPED: every PyTorch peer: torch.cuda.is_available() is False")
-            record["env"]["torch_skipped"] = "no CUDA device visible to PyTorch"
-            torch = None
+        torch, torchao_api, torchao_skip = peer_torch(record, args.no_compile)
         if torch is not None:
-            record["env"].update({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                  "cuda": torch.version.cuda})
-            torchao_api, ver, torchao_skip = (None, None, "--no-compile") if args.no_compile else import_torchao()
-            if torchao_skip:
-                loud(f"torchao: SKIPPED ({torchao_skip})")
-                record["env"]["torchao_skipped"] = torchao_skip
-            else:
-                record["env"]["torchao"] = ver
-                if ver != "0.18.0":
-                    print(f"note: torchao {ver}, not 0.18.0", flush=True)
-            print(f"GPU: {record['env']['gpu']}, torch {torch.__version__}, torchao {ver or 'SKIPPED'}", flush=True)
             peers = Peers(torch, start, args.deadline_s, save)
             peers.out = record["torch"]
             shapes = shapes_of(te)
@@ -536,7 +556,7 @@ def main():
     rows, problems = build_rows(te, record["torch"])
     print_table(rows)
     if torchao_skip:
-        loud(f"torchao: SKIPPED ({torchao_skip})\n(the <= {TARGET}x torchao targets were not measured)")
+        loud(f"SKIPPED: torchao float8 peers: {torchao_skip}\n(the <= {TARGET}x torchao targets were not measured)")
     if problems:
         print("libte problems:")
         for p in problems:
