@@ -14,6 +14,7 @@
 // te_context_synchronize calls, after warm-up.
 #include <te/te.h>
 
+#include "bench_check.h"
 #include "bench_recipe.h"
 
 #include <algorithm>
@@ -29,13 +30,6 @@
 
 namespace {
 
-void check(te_status s, const char *what) {
-  if (s != TE_SUCCESS) {
-    std::fprintf(stderr, "%s: %s: %s\n", what, te_status_string(s), te_last_error());
-    std::exit(2);
-  }
-}
-#define CHECK(call) check((call), #call)
 
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -237,29 +231,6 @@ void bench_gemm(te_context *ctx, te_device dev, int64_t m, int64_t n, int64_t k,
   te_context_free(ctx, sinv_b);
 }
 
-// The autocast options of one recipe case: an FP8 recipe (delayed, current, block), or "bf16",
-// te_linear's high-precision path (autocast disabled), as bench/modules_bench.cpp's RecipeCase.
-class RecipeCase {
- public:
-  explicit RecipeCase(const std::string &name) {
-    std::string why;
-    const te_status st = bench::recipe_case(name, &ao_, &recipe_, &why);
-    if (st != TE_SUCCESS) {
-      std::fprintf(stderr, "te_bench_gpu: %s: %s\n", why.c_str(), te_status_string(st));
-      std::exit(2);
-    }
-  }
-  ~RecipeCase() { te_recipe_release(recipe_); }
-  RecipeCase(const RecipeCase &) = delete;
-  RecipeCase &operator=(const RecipeCase &) = delete;
-  const te_autocast_options *autocast() const { return &ao_; }
-  std::string describe() const { return recipe_ ? te_recipe_describe(recipe_) : "autocast disabled (BF16 GEMMs)"; }
-
- private:
-  te_recipe *recipe_ = nullptr;
-  te_autocast_options ao_;
-};
-
 // One te_linear training step per call: forward inside the recipe's autocast scope, then
 // backward (dx, dW, db), BF16 activations, bias on, weight_unchanged = 0 (the FP8 weight is cast
 // again every step, as in a training loop whose optimizer changes W; torchao casts it every step
@@ -271,7 +242,7 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
                   bool host) {
   const std::string shape = std::to_string(tokens) + "x" + std::to_string(in) + "x" + std::to_string(out);
   const std::string key = "linear_fwd_bwd_" + recipe + "_" + shape;
-  RecipeCase rc(recipe);
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu");
   te_linear_options lo;
   CHECK(te_linear_options_init(&lo));
   lo.in_features = in;
@@ -297,7 +268,7 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
   fa.weight = &tw;
   fa.bias = &tb;
   fa.weight_unchanged = 0;
-  const te_autocast_options *ao = rc.autocast();
+  const te_autocast_options *ao = rc->autocast();
   te_linear_backward_args once;
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
@@ -324,7 +295,7 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
   }
   if (!error.empty()) {
     std::fprintf(stderr, "te_bench_gpu: %s failed: %s\n", key.c_str(), error.c_str());
-    emit(key, str("recipe", rc.describe()) + ", " + str("error", error));
+    emit(key, str("recipe", rc->describe()) + ", " + str("error", error));
   } else {
     auto step = [&] {
       te_autocast_token tok;
@@ -338,7 +309,7 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
     double t = time_per_call(ctx, step, 10);
     const double flops = 3 * 2.0 * tokens * in * out;
     const std::string fields = num("ms", t * 1e3) + ", " + num("TFLOPs", flops / t / 1e12);
-    emit(key, fields + ", " + str("recipe", rc.describe()));
+    emit(key, fields + ", " + str("recipe", rc->describe()));
     if (recipe == "delayed") emit("linear_fwd_bwd_" + shape, fields);
   }
 

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <te/te.h>
 
+#include "bench_check.h"
 #include "bench_recipe.h"
 
 #if TE_BENCH_CUPTI
@@ -42,13 +43,6 @@
 
 namespace {
 
-void check(te_status s, const char *what) {
-  if (s != TE_SUCCESS) {
-    std::fprintf(stderr, "%s: %s: %s\n", what, te_status_string(s), te_last_error());
-    std::exit(2);
-  }
-}
-#define CHECK(call) check((call), #call)
 #define CUDA_CHECK(call)                                                                      \
   do {                                                                                        \
     cudaError_t e_ = (call);                                                                  \
@@ -214,20 +208,6 @@ int64_t kTokens = 32, kIn = 64, kOut = 64, kFfn = 128;  // --shape sets tokens, 
 
 bool wanted(const std::string &name) { return g_only.empty() || g_only == name; }
 
-struct Recipe {
-  te_recipe *r = nullptr;
-  te_autocast_options ao;
-  explicit Recipe(const char *name) {
-    std::string why;
-    const te_status st = bench::recipe_case(name, &ao, &r, &why);
-    if (st != TE_SUCCESS) {
-      std::fprintf(stderr, "te_bench_gpu_host: %s: %s: %s\n", why.c_str(), te_status_string(st), te_last_error());
-      std::exit(2);
-    }
-  }
-  ~Recipe() { te_recipe_release(r); }
-};
-
 // Counts the API calls of `step` when asked and CUPTI is built in.
 void maybe_profile(const std::string &name, const std::function<void(std::vector<double> &)> &step, int nseg,
                    bool profile_it) {
@@ -265,7 +245,8 @@ void run_module_step(const std::string &name, const te_autocast_options *ao, For
 // A whole Linear training step, each part timed: autocast begin, forward, end, backward, destroy.
 void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
   if (!wanted(std::string("linear_") + recipe + (weight_unchanged ? "_weight_unchanged" : ""))) return;
-  Recipe rc(recipe);
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
+  const te_autocast_options *ao = rc->autocast();
   te_linear_options lo;
   CHECK(te_linear_options_init(&lo));
   lo.in_features = kIn;
@@ -289,7 +270,7 @@ void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
     te_autocast_token tok;
     te_linear_backward_ctx *bwd = nullptr;
     auto t0 = Clock::now();
-    CHECK(te_autocast_begin(g_ctx, &rc.ao, &tok));
+    CHECK(te_autocast_begin(g_ctx, ao, &tok));
     auto t1 = Clock::now();
     CHECK(te_linear_forward(g_ctx, lin, &fa, &y, &bwd));
     auto t2 = Clock::now();
@@ -311,7 +292,7 @@ void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
 
 void bench_layernorm_linear(const char *recipe, bool profile_it) {
   if (!wanted(std::string("layernorm_linear_") + recipe)) return;
-  Recipe rc(recipe);
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
   te_layernorm_linear_options lo;
   CHECK(te_layernorm_linear_options_init(&lo));
   lo.in_features = kIn;
@@ -335,7 +316,7 @@ void bench_layernorm_linear(const char *recipe, bool profile_it) {
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
   run_module_step<te_layernorm_linear_backward_ctx>(
-      std::string("layernorm_linear_") + recipe, &rc.ao,
+      std::string("layernorm_linear_") + recipe, rc->autocast(),
       [&](te_layernorm_linear_backward_ctx **bwd) { CHECK(te_layernorm_linear_forward(g_ctx, m, &fa, &y, bwd)); },
       [&](te_layernorm_linear_backward_ctx *bwd) { CHECK(te_layernorm_linear_backward(g_ctx, bwd, &dy, &gr, &once)); },
       te_layernorm_linear_backward_ctx_destroy, profile_it);
@@ -344,7 +325,7 @@ void bench_layernorm_linear(const char *recipe, bool profile_it) {
 
 void bench_layernorm_mlp(const char *recipe, bool profile_it) {
   if (!wanted(std::string("layernorm_mlp_") + recipe)) return;
-  Recipe rc(recipe);
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
   te_layernorm_mlp_options mo;
   CHECK(te_layernorm_mlp_options_init(&mo));
   mo.hidden_size = kIn;
@@ -373,7 +354,7 @@ void bench_layernorm_mlp(const char *recipe, bool profile_it) {
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
   run_module_step<te_layernorm_mlp_backward_ctx>(
-      std::string("layernorm_mlp_") + recipe, &rc.ao,
+      std::string("layernorm_mlp_") + recipe, rc->autocast(),
       [&](te_layernorm_mlp_backward_ctx **bwd) { CHECK(te_layernorm_mlp_forward(g_ctx, m, &fa, &y, bwd)); },
       [&](te_layernorm_mlp_backward_ctx *bwd) { CHECK(te_layernorm_mlp_backward(g_ctx, bwd, &dy, &gr, &once)); },
       te_layernorm_mlp_backward_ctx_destroy, profile_it);

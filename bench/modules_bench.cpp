@@ -210,28 +210,7 @@ double time_per_call(te_context *ctx, F &&fn, int iters, int reps) {
   return t[t.size() / 2];
 }
 
-// ---- recipes and autocast -------------------------------------------------------------------
-// One recipe case: an FP8 recipe, or the modules' high-precision path (autocast disabled).
-class RecipeCase {
- public:
-  explicit RecipeCase(const std::string &name) : name_(name) {
-    std::string why;
-    const te_status st = bench::recipe_case(name, &ao_, &recipe_, &why);
-    if (st != TE_SUCCESS)
-      throw BenchError(why + ": " + te_status_string(st) + (st == TE_ERROR_INVALID_ARGUMENT ? "" : std::string(": ") + te_last_error()));
-  }
-  ~RecipeCase() { te_recipe_release(recipe_); }
-  RecipeCase(const RecipeCase &) = delete;
-  RecipeCase &operator=(const RecipeCase &) = delete;
-  const te_autocast_options *autocast() const { return &ao_; }
-  std::string describe() const { return recipe_ ? te_recipe_describe(recipe_) : "autocast disabled (BF16 GEMMs)"; }
-
- private:
-  std::string name_;
-  te_recipe *recipe_ = nullptr;
-  te_autocast_options ao_;
-};
-
+// ---- recipes and autocast (one recipe case: bench::RecipeCase, bench_recipe.h) ----------------
 // An open autocast scope, ended on the way out of an error too, so that a failed benchmark leaves
 // the context's autocast stack empty for the next one.
 class Scope {
@@ -276,10 +255,10 @@ struct Case {
 };
 
 void run_case(te_context *ctx, const std::string &bench, const std::string &recipe, double flops, int iters,
-              int reps, const std::function<Case(const RecipeCase &)> &make, JObj &results) {
+              int reps, const std::function<Case(const bench::RecipeCase &)> &make, JObj &results) {
   JObj r;
   try {
-    RecipeCase rc(recipe);
+    bench::RecipeCase rc(recipe);
     r.str("recipe", rc.describe());
     Case c = make(rc);
     for (auto &o : c.outputs) poison(ctx, *o.first);
@@ -328,7 +307,7 @@ std::string bench_layernorm_linear(te_context *ctx, te_device dev, const Options
                                          tensor1(*dbeta, H, dev), tensor2(*dw, N, H, dev), tensor1(*db, N, dev)});
   JObj results;
   for (const std::string &recipe : opt.recipes) {
-    run_case(ctx, "layernorm_linear", recipe, flops, iters, opt.reps, [&](const RecipeCase &rc) {
+    run_case(ctx, "layernorm_linear", recipe, flops, iters, opt.reps, [&](const bench::RecipeCase &rc) {
       te_layernorm_linear_options lo;
       CHECK(te_layernorm_linear_options_init(&lo));
       lo.in_features = H;
@@ -400,7 +379,7 @@ std::string bench_layernorm_mlp(te_context *ctx, te_device dev, const Options &o
       tensor2(*dw1, F1, H, dev), tensor1(*db1, F1, dev), tensor2(*dw2, H, F, dev), tensor1(*db2, H, dev)});
   JObj results;
   for (const std::string &recipe : opt.recipes) {
-    run_case(ctx, "layernorm_mlp", recipe, flops, iters, opt.reps, [&](const RecipeCase &rc) {
+    run_case(ctx, "layernorm_mlp", recipe, flops, iters, opt.reps, [&](const bench::RecipeCase &rc) {
       te_layernorm_mlp_options mo;
       CHECK(te_layernorm_mlp_options_init(&mo));
       mo.hidden_size = H;
@@ -516,7 +495,7 @@ std::string bench_grouped_linear(te_context *ctx, te_device dev, const Options &
   }
   JObj results;
   for (const std::string &recipe : opt.recipes) {
-    run_case(ctx, "grouped_linear", recipe, flops, iters, opt.reps, [&](const RecipeCase &rc) {
+    run_case(ctx, "grouped_linear", recipe, flops, iters, opt.reps, [&](const bench::RecipeCase &rc) {
       te_grouped_linear_options go;
       CHECK(p_te_grouped_linear_options_init(&go));
       go.num_gemms = E;

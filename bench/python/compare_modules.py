@@ -25,12 +25,11 @@ program, --peers-json FILE reads the peers' numbers (the "torch" object of an ea
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import Peers, load_peers_json, loud, new_record, peer_torch  # noqa: E402  (shared with te_bench_gpu's comparison)
+from compare_torch import Peers, load_peers_json, loud, new_record, peer_torch, run_bench  # noqa: E402  (shared with te_bench_gpu's comparison)
 
 MODULES = ("layernorm_linear", "layernorm_mlp", "grouped_linear")
 FP8_RECIPES = ("delayed", "current", "block")
@@ -66,28 +65,6 @@ def shapes_from(te, module, quick):
         if module == "grouped_linear":
             s["m_splits"] = [301, 195, 256, 376, 141, 325, 227, 227]
     return s
-
-
-# ---- libte ---------------------------------------------------------------------------------------
-def run_libte(binary, extra_args, lib_dir=None):
-    cmd = [binary] + extra_args
-    env = dict(os.environ)
-    if lib_dir:  # libte.so (and what it needs) for the program only, not for this Python process
-        dirs = [os.path.abspath(d) for d in lib_dir.split(":") if d] + [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
-        env["LD_LIBRARY_PATH"] = ":".join(dirs)
-    print("running:", " ".join(cmd), flush=True)
-    t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    sys.stderr.write(p.stderr)
-    print(f"te_bench_modules: exit status {p.returncode} after {time.time() - t0:.1f} s", flush=True)
-    try:
-        te = json.loads(p.stdout)
-    except ValueError:
-        tail = (p.stderr.strip().splitlines()[-1:] or [""])[0]
-        if p.returncode == 77:  # the program's own "no CUDA device" line
-            return {"error": tail}, p.returncode
-        return {"error": f"te_bench_modules failed: exit status {p.returncode}, no JSON on stdout: {tail}"}, p.returncode
-    return te, p.returncode
 
 
 # ---- PyTorch peers -------------------------------------------------------------------------------
@@ -377,7 +354,7 @@ def main():
             te = json.load(f)
     else:
         extra = (["--quick"] if args.quick else []) + (["--only", ",".join(only)] if args.only else [])
-        te, rc = run_libte(args.te_bench_modules, extra + args.bench_args.split(), args.lib_dir)
+        te, rc = run_bench([args.te_bench_modules] + extra + args.bench_args.split(), args.lib_dir)
     record["libte"] = te
     if "error" in te:
         loud(f"libte FAILED: {te['error']}")

@@ -431,8 +431,9 @@ def loud(msg):
 
 
 # ---- main ----------------------------------------------------------------------------------------
-def run_libte(binary, quick, lib_dir):
-    cmd = [binary] + (["--quick"] if quick else [])
+def run_bench(cmd, lib_dir=None):
+    """(JSON the benchmark program printed, its exit status); {"error": ...} when it printed none."""
+    name = os.path.basename(cmd[0])
     env = dict(os.environ)
     if lib_dir:  # libte.so (and what it needs) for the program only, not for this Python process
         dirs = [os.path.abspath(d) for d in lib_dir.split(":") if d] + [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -441,12 +442,14 @@ def run_libte(binary, quick, lib_dir):
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     sys.stderr.write(p.stderr)
-    print(f"te_bench_gpu: exit status {p.returncode} after {time.time() - t0:.1f} s", flush=True)
+    print(f"{name}: exit status {p.returncode} after {time.time() - t0:.1f} s", flush=True)
     try:
         return json.loads(p.stdout), p.returncode
     except ValueError:
         tail = (p.stderr.strip().splitlines()[-1:] or [""])[0]
-        return {"error": f"te_bench_gpu failed: exit status {p.returncode}, no JSON on stdout: {tail}"}, p.returncode
+        if p.returncode == 77:  # the program's own "no CUDA device" line
+            return {"error": tail}, p.returncode
+        return {"error": f"{name} failed: exit status {p.returncode}, no JSON on stdout: {tail}"}, p.returncode
 
 
 def new_record(build_info, json_path):
@@ -526,7 +529,7 @@ def main():
             te = json.load(f)
         te = te.get("libte", te) if isinstance(te.get("libte"), dict) else te
     else:
-        te, rc = run_libte(args.te_bench_gpu, args.quick, args.lib_dir)
+        te, rc = run_bench([args.te_bench_gpu] + (["--quick"] if args.quick else []), args.lib_dir)
     record["libte"] = te
     save()
     if "error" in te:
