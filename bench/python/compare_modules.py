@@ -29,7 +29,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import Peers, load_peers_json, loud, new_record, peer_torch, run_bench  # noqa: E402  (shared with te_bench_gpu's comparison)
+from compare_torch import (Peers, fwd_bwd_step, load_peers_json, loud, new_record, peer_torch,  # noqa: E402
+                           run_bench, to_float8)  # shared with te_bench_gpu's comparison
 
 MODULES = ("layernorm_linear", "layernorm_mlp", "grouped_linear")
 FP8_RECIPES = ("delayed", "current", "block")
@@ -114,25 +115,12 @@ def measure_ln_peers(torch, peers, module, s, torchao_api, torchao_skip, with_co
             model = make()
             note = None
             if kind == "torchao":
-                config_cls, convert = torchao_api
-                config = config_cls.from_recipe_name("tensorwise")
-                convert(model, config=config)
-                n_fp8 = sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
+                n_fp8 = to_float8(torchao_api, model, "tensorwise")
                 note = {"float8_linears": n_fp8, "recipe": "tensorwise"}
                 if n_fp8 == 0:
                     raise RuntimeError("convert_to_float8_training converted no nn.Linear")
             run = torch.compile(model) if kind in ("compile", "torchao") else model
-            params = list(model.parameters())
-            x = torch.randn(tokens, fin, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            dy = torch.randn(tokens, fout, device="cuda", dtype=torch.bfloat16)
-
-            def step():
-                x.grad = None
-                for p in params:
-                    p.grad = None
-                run(x).backward(dy)
-
-            return step, note
+            return fwd_bwd_step(torch, run, model, tokens, fin, fout), note
 
         return build
 

@@ -241,6 +241,30 @@ def eager_peers(torch, peers, shapes):
         torch.cuda.empty_cache()
 
 
+def to_float8(torchao_api, model, recipe):
+    """torchao's float8 training conversion of model's nn.Linear layers ("tensorwise" is the default
+    config); returns how many it converted."""
+    config_cls, convert = torchao_api
+    convert(model, config=config_cls.from_recipe_name(recipe))
+    return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
+
+
+def fwd_bwd_step(torch, run, model, tokens, fin, fout):
+    """One training step of run (model, compiled or not) on BF16 x [tokens, fin] and dy [tokens, fout]:
+    gradients cleared, forward, backward."""
+    params = list(model.parameters())
+    x = torch.randn(tokens, fin, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(tokens, fout, device=DEVICE, dtype=torch.bfloat16)
+
+    def step():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        run(x).backward(dy)
+
+    return step
+
+
 def compiled_linear_peers(torch, peers, shapes, torchao_api, torchao_skip, with_compile=True):
     """torchao float8 (tensorwise, rowwise) and BF16 nn.Linear, each torch.compile'd, per shape:
     the issue's targets first, BF16 compiled last (it is only context)."""
@@ -251,24 +275,11 @@ def compiled_linear_peers(torch, peers, shapes, torchao_api, torchao_skip, with_
             model = nn.Sequential(nn.Linear(fin, fout, bias=True)).to(DEVICE, torch.bfloat16)
             note = None
             if recipe is not None:
-                config_cls, convert = torchao_api
-                convert(model, config=config_cls.from_recipe_name(recipe))  # "tensorwise" = the default config
-                n_fp8 = sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
+                n_fp8 = to_float8(torchao_api, model, recipe)
                 if n_fp8 != 1:
                     raise RuntimeError(f"convert_to_float8_training converted {n_fp8} nn.Linear, not 1")
                 note = {"recipe": recipe, "float8_linears": n_fp8}
-            run = torch.compile(model)
-            params = list(model.parameters())
-            x = torch.randn(tokens, fin, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-            dy = torch.randn(tokens, fout, device=DEVICE, dtype=torch.bfloat16)
-
-            def step():
-                x.grad = None
-                for p in params:
-                    p.grad = None
-                run(x).backward(dy)
-
-            return step, note
+            return fwd_bwd_step(torch, torch.compile(model), model, tokens, fin, fout), note
         return build
 
     plan = []
