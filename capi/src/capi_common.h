@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 
+#include "base/api_call.h"
 #include "base/check.h"
 #include "context/context.h"
 #include "dist/group.h"
@@ -22,6 +23,7 @@ const char *last_error_text();
 
 template <class F>
 te_status guarded(const char *function, F &&body) noexcept {
+  const ApiCallScope call;  // facts that hold for the whole call are asked once (base/api_call.h)
   try {
     body();
     return TE_SUCCESS;

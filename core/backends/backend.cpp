@@ -18,9 +18,22 @@ void Backend::gemm_many(const GemmArgs *args, int n) {
   for (int i = 0; i < n; ++i) gemm(args[i]);
 }
 
+void Backend::plan_quantize_source(QuantizeItem::Kind kind, const TensorView &x, ScratchPlan *plan) const {
+  if (fuses_activation_cast(kind)) return;
+  plan->add(x.bytes());
+}
+
 void Backend::quantize_many(const QuantizeItem *items, int n) {
   for (int i = 0; i < n; ++i) {
-    const QuantizeItem &q = items[i];
+    QuantizeItem q = items[i];
+    Buffer made;  // an activation source's output, made here and cast below
+    if (q.source.active()) {
+      made = Buffer(this, q.x.bytes());
+      q.x.data = made.get();
+      const ActivationSource &src = q.source;
+      if (src.backward) activation_backward(src.act, src.pre, src.grad, q.x);
+      else activation_forward(src.act, src.pre, q.x);
+    }
     switch (q.kind) {
       case QuantizeItem::Kind::Delayed:
         cast_transpose(q.x, q.scale, q.amax_accum, q.out, q.out_t);

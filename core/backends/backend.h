@@ -102,10 +102,24 @@ struct ScaleUpdateItem {
 //    fp8_max, power_of_2, epsilon); cast_transpose(x, scale_out, nullptr, out, out_t);
 //  - Block: block_quantize(x, block_mode, power_of_2, epsilon, out, out_t);
 // each followed by bias_grad(x, dbias) when dbias is given (CUDA takes it in the same pass).
+// A tensor to quantize that is an activation's output (or its gradient), never stored:
+//  - forward: x = act(pre), pre [rows, cols] ([rows, 2 cols] gated: [a | b], x = gate(a) * b);
+//  - backward: x = the gradient into pre given grad = dL/d(act's output), as activation_backward
+//    writes it (x has pre's shape);
+// each element rounded to x's dtype (pre's and grad's too) before the cast, so the codes are
+// those of activation_forward / activation_backward into a buffer followed by the cast.
+struct ActivationSource {
+  bool backward = false;
+  Activation act = Activation::GELU;
+  TensorView pre, grad;  // pre.data null: no source (x is read)
+  bool active() const { return pre.data != nullptr; }
+};
+
 struct QuantizeItem {
   enum class Kind { Delayed, Current, Block };
   Kind kind = Kind::Delayed;
-  TensorView x;
+  TensorView x;  // with an activation source: its shape and dtype only (data may be null)
+  ActivationSource source;
   TensorView *out = nullptr, *out_t = nullptr;
   const float *scale = nullptr;
   float *amax_accum = nullptr;
@@ -161,7 +175,11 @@ class Backend {
   // Several quantizations at once (a layer's input and weight): the results are exactly those of
   // the per-tensor calls in order, which is what this default makes; CUDA runs each kind of item
   // in one launch (current scaling: two), since at small shapes the launches are the cost.
+  // An item with an activation source: this default makes the activation into scratch first
+  // (plan_quantize_source plans it); a backend that fuses_activation_cast(kind) computes it
+  // inside the cast instead.
   virtual void quantize_many(const QuantizeItem *items, int n);
+  virtual bool fuses_activation_cast(QuantizeItem::Kind /*kind*/) const { return false; }
 
   // ---- math ----
   virtual void gemm(const GemmArgs &args) = 0;
@@ -199,6 +217,8 @@ class Backend {
   virtual void plan_cast_transpose(const TensorView & /*x*/, const TensorView * /*out*/,
                                    const TensorView * /*out_t*/, ScratchPlan * /*plan*/) const {}
   virtual void plan_block_quantize(const TensorView & /*x*/, ScratchPlan * /*plan*/) const {}
+  // The scratch an activation source of an item of `kind` takes (x: the item's x).
+  void plan_quantize_source(QuantizeItem::Kind kind, const TensorView &x, ScratchPlan *plan) const;
   virtual void plan_bias_grad(const TensorView & /*dy*/, ScratchPlan * /*plan*/) const {}
   // What activation_forward (backward = false) or activation_backward of x takes from the cache.
   virtual void plan_activation(Activation /*act*/, const TensorView & /*x*/, bool /*backward*/,

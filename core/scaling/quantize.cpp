@@ -1,5 +1,7 @@
 #include "scaling/quantize.h"
 
+#include "base/check.h"
+
 namespace te {
 
 ScalingMode scaling_mode_for(const Recipe &recipe, TensorKind kind) {
@@ -32,10 +34,24 @@ void QuantizedMatrix::allocate(Backend &be, ScalingMode mode, DType dtype, int64
   *this = std::move(q);
 }
 
+namespace {
+
+QuantizeItem::Kind item_kind(const Recipe &r) {
+  switch (r.kind()) {
+    case RecipeKind::Delayed: return QuantizeItem::Kind::Delayed;
+    case RecipeKind::Current: return QuantizeItem::Kind::Current;
+    case RecipeKind::Block: break;
+  }
+  return QuantizeItem::Kind::Block;
+}
+
+}  // namespace
+
 void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
                    ScratchPlan *plan) {
   const TensorView *row = out.row.data ? &out.row : nullptr;
   const TensorView *col = out.col.data ? &out.col : nullptr;
+  if (req.source.active()) be.plan_quantize_source(item_kind(*req.recipe), x, plan);
   if (req.recipe->kind() == RecipeKind::Block) be.plan_block_quantize(x, plan);
   else be.plan_cast_transpose(x, row, col, plan);
 }
@@ -54,6 +70,7 @@ bool to_item(const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &o
   q.power_of_2 = o.power_of_2_scales;
   q.epsilon = o.amax_epsilon;
   q.dbias = req.dbias;
+  q.source = req.source;
   switch (o.kind) {
     case RecipeKind::Delayed:
       q.kind = QuantizeItem::Kind::Delayed;
@@ -100,6 +117,8 @@ void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, Quan
     return;
   }
   // Current scaling with its amax all-reduced over a group between the amax and the cast.
+  if (req.source.active())
+    fail(Status::Internal, "quantize: an activation source with a group-reduced current scaling");
   const RecipeOptions &o = req.recipe->options();
   ScalingState &st = *req.state;
   be.amax(x, st.amax_scratch(), false);

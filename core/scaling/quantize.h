@@ -32,6 +32,10 @@ struct QuantizeRequest {
   bool record_amax = true;            // delayed: max-accumulate amax into state->amax()
   float *scale_copy = nullptr;        // delayed: the scale used is also copied here (a snapshot)
   TensorView dbias;                   // optional: x's column sums too (x is a dy, this its bias grad)
+  // Optional: x is an activation's output or gradient (backend.h), made inside the cast where the
+  // backend fuses it; x then gives the shape and dtype only. Not with a group-reduced current
+  // scaling (its amax is all-reduced between two passes over x).
+  ActivationSource source;
 };
 
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.

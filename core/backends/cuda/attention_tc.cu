@@ -39,6 +39,7 @@
 
 #include "backends/cuda/attention_tc.cuh"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
 
 namespace te::cuda {
 
@@ -690,11 +691,8 @@ bool tc_forward_fp8(const AttentionForwardArgs &args, cudaStream_t stream) {
   if (d.head_dim != 64 && d.head_dim != 128) return false;
   for (const void *ptr : {args.q.data, args.k.data, args.v.data, args.o.data})
     if ((reinterpret_cast<uintptr_t>(ptr) & 15u) != 0) return false;
-  int dev = 0, major = 0, minor = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&dev));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major * 10 + minor < 89) return false;
+  const DeviceInfo &dev = current_device_info();
+  if (dev.major * 10 + dev.minor < 89) return false;
   const int64_t tiles = (d.max_seq_q + kFwdBQ - 1) / kFwdBQ;
   if (tiles <= 0 || d.batch <= 0) return true;
   if (tiles >= 65536 || d.batch >= 65536) return false;

@@ -54,6 +54,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
+  DeviceGuard::forget();
   cudaStreamSynchronize(stream_);
   // Everything has run: the cached blocks go back synchronously (the stream may be gone next).
   cache_.drain([](void *p) { cudaFree(p); });
@@ -63,14 +64,20 @@ CudaBackend::~CudaBackend() {
 }
 
 bool CudaBackend::capturing() const {
+  // Asked once per C API call: a capture cannot begin or end while libte runs (base/api_call.h).
+  const uint64_t call = api_call_epoch();
+  if (call != 0 && capture_known_.call == call && capture_known_.stream == stream_) return capture_known_.capturing;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  bool capturing = true;
   if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess) {
     // The legacy stream cannot be asked while another stream captures in global mode: treat it as
     // capturing (no cache), and take the query's error back so that it reaches nobody else.
     cudaGetLastError();
-    return true;
+  } else {
+    capturing = status != cudaStreamCaptureStatusNone;
   }
-  return status != cudaStreamCaptureStatusNone;
+  capture_known_ = CaptureKnown{call, stream_, capturing};
+  return capturing;
 }
 
 void CudaBackend::drain_cache() {

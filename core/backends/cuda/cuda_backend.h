@@ -44,6 +44,9 @@ class CudaBackend final : public Backend {
                       TensorView *out_t) override;
   void dequantize(const TensorView &x, const TensorView &out) override;
   void quantize_many(const QuantizeItem *items, int n) override;
+  // Delayed scaling's casts take an activation source in the pass that casts (its scale is known
+  // before the pass); the other kinds make it into scratch first (Backend's default).
+  bool fuses_activation_cast(QuantizeItem::Kind kind) const override { return kind == QuantizeItem::Kind::Delayed; }
 
   void gemm(const GemmArgs &args) override;
   void gemm_many(const GemmArgs *args, int n) override;
@@ -83,6 +86,12 @@ class CudaBackend final : public Backend {
   BlockCache cache_;                         // freed blocks for reuse on stream_
   std::unordered_set<void *> captured_;      // live blocks allocated during stream capture
   bool capturing() const;                    // stream_ is being captured (or cannot be asked)
+  struct CaptureKnown {                      // capturing()'s answer during one C API call
+    uint64_t call = 0;
+    cudaStream_t stream = nullptr;
+    bool capturing = false;
+  };
+  mutable CaptureKnown capture_known_;
   void drain_cache();                        // every cached block back to the pool, on stream_
   // Attention (attention_dispatch.cpp): cuDNN's fused SDPA where it applies, else libte's
   // kernels; TE_ATTENTION_IMPL=kernel|cudnn|auto (default auto) chooses, read once.

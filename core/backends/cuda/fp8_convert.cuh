@@ -21,8 +21,10 @@
 
 namespace te::cuda {
 
-// Output format of an FP8 encode; None: that output is not written. Used as a template argument.
-enum Fp8Fmt : int { kFmtNone = 0, kFmtE4M3 = 1, kFmtE5M2 = 2 };
+// Output format of an FP8 encode; None: that output is not written. Used as a template argument;
+// Runtime: a kernel that reads the format(s) from its parameters (fewer instantiations where the
+// encode is not the cost).
+enum Fp8Fmt : int { kFmtNone = 0, kFmtE4M3 = 1, kFmtE5M2 = 2, kFmtRuntime = 3 };
 
 inline Fp8Fmt fmt_of(const TensorView *t) {
   if (t == nullptr) return kFmtNone;

@@ -46,6 +46,9 @@ struct CastItem {
   // gradient itself, dbias_dtype; else F32 partials [ceil(rows / 128)][cols] for sum_bias_partials.
   void *dbias = nullptr;
   DType dbias_dtype = DType::F32;
+  // Optional (delayed scaling, scale set): x is this activation's output or gradient, computed
+  // in the cast (backend.h); x.data may then be null.
+  ActivationSource source;
 };
 // 1..kMaxCastItems items of one input dtype and one pair of output formats, one launch.
 void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream);

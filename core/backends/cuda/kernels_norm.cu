@@ -45,6 +45,7 @@
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -224,7 +225,7 @@ __device__ __forceinline__ void finish_forward(const FwdParams &p, uint32_t m, f
 constexpr int kRowWarps = 16;                // warps of the streaming forward's CTA
 constexpr int kRowThreads = kRowWarps * 32;  // ...its threads
 constexpr int kTileBarrier = 15;             // named barrier of the whole CTA (teams use 1..8)
-constexpr int kFmtRuntime = 3;  // Fmt of the kernel for partial rows: p.out_fmt / p.out_t_fmt at run time
+// kFmtRuntime (fp8_convert.cuh): the Fmt of the kernel for partial rows (p.out_fmt / p.out_t_fmt).
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -858,6 +859,11 @@ struct BwdParams {
   void *dx;                  // nullable
   DType dx_dtype;
   float *partial;  // [2][bands][n]: dgamma's, then dbeta's partial sums (nullable: neither wanted)
+  // One band on the vectorised kernel: it writes dgamma / dbeta (each nullable) itself, as the
+  // finalize would (0 + the band's sum), and there is no partial and no second launch.
+  bool direct;
+  void *dgamma, *dbeta;
+  DType dg_dtype, db_dtype;
   int64_t rows, n, rows_per_band, bands;
   bool layer, zero_centered;
   int G, kw;  // vectorised kernel: warps per row, chunks per warp
@@ -877,7 +883,7 @@ __global__ void __launch_bounds__(kThreads, 2) norm_bwd_vec_kernel(const BwdPara
   const int64_t n = p.n;
   const int64_t col0 = static_cast<int64_t>(g) * p.kw * kNormLanes + 8 * u;  // as in the forward
   const int nk = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(p.kw), ceil_div_dev(n - col0, kNormLanes))));
-  const bool want_dx = p.dx != nullptr, want_sums = p.partial != nullptr;
+  const bool want_dx = p.dx != nullptr, want_sums = p.partial != nullptr || p.direct;
   // Shared memory: [teams][n] dgamma and dbeta sums (when wanted), then the chain's hand-over
   // [teams][2][256] and the two totals per team.
   float *dg = fsmem + static_cast<int64_t>(team) * n;
@@ -1030,8 +1036,13 @@ __global__ void __launch_bounds__(kThreads, 2) norm_bwd_vec_kernel(const BwdPara
         a = add(a, fsmem[tm * n + c]);
         b = add(b, fsmem[(teams + tm) * n + c]);
       }
-      p.partial[blockIdx.x * n + c] = a;
-      p.partial[(p.bands + blockIdx.x) * n + c] = b;
+      if (p.direct) {
+        if (p.dgamma != nullptr) dev_store_from_float(p.dgamma, p.dg_dtype, c, add(0.0f, a));
+        if (p.dbeta != nullptr) dev_store_from_float(p.dbeta, p.db_dtype, c, add(0.0f, b));
+      } else {
+        p.partial[blockIdx.x * n + c] = a;
+        p.partial[(p.bands + blockIdx.x) * n + c] = b;
+      }
     }
   }
 }
@@ -1119,12 +1130,7 @@ bool aligned_to(const void *p, uintptr_t a) { return (reinterpret_cast<uintptr_t
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Shared memory a block may opt in to on the current device (less the kernels' static arrays).
-int smem_optin_budget() {
-  int device = 0, bytes = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes - 1024;
-}
+int smem_optin_budget() { return current_device_info().smem_optin - 1024; }
 
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
@@ -1138,20 +1144,6 @@ int warps_per_row(int64_t chunks, int cap) {
   for (int G = 1; G <= kWarps; G *= 2)
     if (static_cast<int64_t>(G) * cap >= chunks) return G;
   return 0;
-}
-
-int compute_major() {
-  int device = 0, major = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major;
-}
-
-int sm_count() {
-  int device = 0, count = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
 }
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -1180,7 +1172,7 @@ int lg2(int64_t v) {
 // when it cannot take these arguments (then the generic kernel does).
 int plan_fwd_rows(const NormForwardArgs &a, FwdParams &p) {
   const DType t = a.x.dtype;
-  if (p.rows < 1 || p.n < 1 || p.n % 8 != 0 || compute_major() < 9) return 0;
+  if (p.rows < 1 || p.n < 1 || p.n % 8 != 0 || current_device_info().major < 9) return 0;
   if (a.gamma.dtype != t || (a.beta.data != nullptr && a.beta.dtype != t)) return 0;
   if (p.out != nullptr && p.out_t != nullptr && p.out_fmt != p.out_t_fmt) return 0;
   if (!aligned_to(p.x, 16) || !aligned_to(p.gamma, 16) || !aligned_to(p.beta, 16) || !aligned_to(p.y, 16) ||
@@ -1250,15 +1242,11 @@ void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.gridDim = dim3(static_cast<unsigned>(C), 1, 1);
-    int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      active = 0;
-    }
+    const int active = max_active_clusters(reinterpret_cast<const void *>(kernel), cfg);
     clusters = std::min<int64_t>(p.super_tiles, active);
     if (clusters > 0 || C == 1) break;
   }
-  if (clusters < 1) clusters = std::min<int64_t>(p.super_tiles, sm_count());
+  if (clusters < 1) clusters = std::min<int64_t>(p.super_tiles, current_device_info().sm_count);
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * C), 1, 1);
   TE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
@@ -1399,11 +1387,18 @@ BwdParams bwd_params(const NormBackwardArgs &a) {
 
 bool wants_param_grads(const NormBackwardArgs &a) { return a.dgamma.data != nullptr || a.dbeta.data != nullptr; }
 
+// At most kBandRows rows on the vectorised kernel (a small batch, where launches are the cost):
+// one band, whose sums are dgamma / dbeta.
+bool writes_param_grads_directly(const NormBackwardArgs &a, BwdParams p) {
+  return wants_param_grads(a) && p.rows > 0 && p.bands == 1 && plan_bwd_vec(a, p);
+}
+
 }  // namespace
 
 size_t norm_backward_scratch_bytes(const NormBackwardArgs &a) {
   if (!wants_param_grads(a)) return 0;
   const BwdParams p = bwd_params(a);
+  if (writes_param_grads_directly(a, p)) return 0;
   return static_cast<size_t>(2 * p.bands * p.n) * sizeof(float);
 }
 
@@ -1412,8 +1407,11 @@ void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) 
   if (p.n == 0) return;  // nothing to write (dgamma / dbeta have no element)
   const bool grads = wants_param_grads(a);
   if (p.dx == nullptr && !grads) return;
+  p.direct = writes_param_grads_directly(a, p);
+  p.dgamma = a.dgamma.data, p.dg_dtype = a.dgamma.data != nullptr ? a.dgamma.dtype : DType::F32;
+  p.dbeta = a.dbeta.data, p.db_dtype = a.dbeta.data != nullptr ? a.dbeta.dtype : DType::F32;
   Buffer partial;
-  if (grads) partial = Buffer(&be, norm_backward_scratch_bytes(a));
+  if (grads && !p.direct) partial = Buffer(&be, norm_backward_scratch_bytes(a));
   p.partial = partial.floats();
   if (p.rows > 0) {
     const unsigned grid = static_cast<unsigned>(p.bands);
@@ -1449,7 +1447,7 @@ void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) 
     // No rows: the sums are zero.
     TE_CUDA_CHECK(cudaMemsetAsync(p.partial, 0, norm_backward_scratch_bytes(a), stream));
   }
-  if (grads) {
+  if (grads && !p.direct) {
     const unsigned grid = static_cast<unsigned>(ceil_div(p.n, 32));
     norm_bwd_finalize_kernel<<<grid, kThreads, 0, stream>>>(p.partial, p.bands, p.n, a.dgamma.data, a.dgamma.dtype,
                                                             a.dbeta.data, a.dbeta.dtype);

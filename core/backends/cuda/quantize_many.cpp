@@ -84,6 +84,13 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
   };
   for (int i = 0; i < n; ++i) {
     const QuantizeItem &q = items[i];
+    if (q.source.active() && !fuses_activation_cast(q.kind)) {
+      // Made into scratch, then cast, after the items before it (the order of the per-item calls).
+      flush();
+      flush_blocks();
+      Backend::quantize_many(&q, 1);
+      continue;
+    }
     if (q.kind == QuantizeItem::Kind::Block) {
       if (nb == kMaxCastItems || (nb > 0 && blocks[0].x.dtype != q.x.dtype)) flush_blocks();
       BlockQuantizeItem &b = blocks[nb++];
@@ -99,6 +106,7 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
     c.x = q.x;
     c.out = q.out;
     c.out_t = q.out_t;
+    c.source = q.source;
     dbias_target(cast_dbias, q, &c.dbias, &c.dbias_dtype);
     if (q.kind == QuantizeItem::Kind::Delayed) {
       c.scale = q.scale;

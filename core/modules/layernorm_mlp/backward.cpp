@@ -55,25 +55,36 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   const bool through_norm = g.dx.data || g.dgamma.data || g.dbeta.data;
   const bool through_fc1 = through_norm || g.dfc1_w.data || g.dfc1_b.data;
 
+  // Delayed FP8 on a backend that fuses it, with fc1's dy quantized (for dx, dgamma, dbeta or
+  // dW1): the activation's gradient is made inside that cast and never stored.
+  const bool fc1_quantizes = through_norm || g.dfc1_w.data;
+  const bool act_in_cast = through_fc1 && fc1_quantizes && s.fc1.fp8 && s.recipe.get() &&
+                           s.recipe.get()->kind() == RecipeKind::Delayed &&
+                           be.fuses_activation_cast(QuantizeItem::Kind::Delayed);
+
   Buffer d_act, d_fc1, d_ln;
   if (through_fc1) {
     d_act = Buffer(&be, static_cast<size_t>(tokens * o.ffn) * dtype_size(dt));
-    d_fc1 = Buffer(&be, static_cast<size_t>(tokens * o.fc1_out()) * dtype_size(dt));
+    if (!act_in_cast) d_fc1 = Buffer(&be, static_cast<size_t>(tokens * o.fc1_out()) * dtype_size(dt));
   }
   if (through_norm) d_ln = Buffer(&be, static_cast<size_t>(tokens * o.hidden) * dtype_size(dt));
   const TensorView d_act_view = d_act.get() ? make_view(d_act.get(), dt, dev, tokens, o.ffn) : TensorView();
-  const TensorView d_fc1_view = d_fc1.get() ? make_view(d_fc1.get(), dt, dev, tokens, o.fc1_out()) : TensorView();
+  const TensorView d_fc1_view = d_fc1.get() || act_in_cast ? make_view(d_fc1.get(), dt, dev, tokens, o.fc1_out())
+                                                           : TensorView();
   const TensorView d_ln_view = d_ln.get() ? make_view(d_ln.get(), dt, dev, tokens, o.hidden) : TensorView();
   const TensorView fc1_out = make_view(s.fc1_out.get(), dt, dev, tokens, o.fc1_out());
+  ActivationSource act_source;
+  if (act_in_cast) act_source.backward = true, act_source.act = o.activation, act_source.pre = fc1_out,
+                   act_source.grad = d_act_view;
 
   ScratchPlan plan;
   ProjectionGrads g2{d_act_view, g.dfc2_w, g.dfc2_b};
   ProjectionBackward fc2(ctx, L.fc2, s.fc2, s.recipe.get(), s.group.get(), fc2_dims,
                          make_view(dy.data, dt, dev, tokens, o.hidden), g2, o.fuse_wgrad_accumulation, &plan);
-  if (through_fc1) be.plan_activation(o.activation, fc1_out, true, &plan);
+  if (through_fc1 && !act_in_cast) be.plan_activation(o.activation, fc1_out, true, &plan);
   ProjectionGrads g1{d_ln_view, g.dfc1_w, g.dfc1_b};
   ProjectionBackward fc1(ctx, L.fc1, s.fc1, s.recipe.get(), s.group.get(), fc1_dims, d_fc1_view, g1,
-                         o.fuse_wgrad_accumulation, &plan);
+                         o.fuse_wgrad_accumulation, &plan, act_source);
   const TensorView dx = g.dx.data ? make_view(g.dx.data, dt, dev, tokens, o.hidden) : TensorView();
   const NormBackwardArgs nb = norm_backward_args(o.norm, s.norm, d_ln_view, dx, g.dgamma, g.dbeta);
   if (through_norm) be.plan_norm_backward(nb, &plan);
@@ -89,7 +100,7 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   if (through_fc1) fc1.commit();
   fc2.run();
   if (through_fc1) {
-    be.activation_backward(o.activation, fc1_out, d_act_view, d_fc1_view);
+    if (!act_in_cast) be.activation_backward(o.activation, fc1_out, d_act_view, d_fc1_view);
     fc1.run();
   }
   if (through_norm) be.norm_backward(nb);

@@ -49,19 +49,25 @@ LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, 
   LayerNormMlpSaved *saved = pools.saved.acquire(ctx);
   try {
     const bool fused = mode.fp8 && mode.delayed();
+    // Delayed FP8 on a backend that fuses it: the activation is made inside fc2's cast of its
+    // input and never stored (one pass over fc1's output instead of a write and a read back).
+    const bool act_in_cast = fused && be.fuses_activation_cast(QuantizeItem::Kind::Delayed);
     // fc1's output is the activation's residual; the activation's output is fc2's input (its
     // residual too outside FP8, where fc2 keeps it in high precision).
     Buffer fc1_out(&be, static_cast<size_t>(tokens * o.fc1_out()) * dtype_size(dt));
-    Buffer act_out(&be, static_cast<size_t>(tokens * o.ffn) * dtype_size(dt));
+    Buffer act_out;
+    if (!act_in_cast) act_out = Buffer(&be, static_cast<size_t>(tokens * o.ffn) * dtype_size(dt));
     const TensorView fc1_view = make_view(fc1_out.get(), dt, dev, tokens, o.fc1_out());
     const TensorView act_view = make_view(act_out.get(), dt, dev, tokens, o.ffn);
+    ActivationSource act_source;
+    if (act_in_cast) act_source.act = o.activation, act_source.pre = fc1_view;
     ScratchPlan plan;
     NormForwardStep norm(be, o.norm, norm_in, fused, !mode.fp8, ln_out, &plan);
     ProjectionForward fc1(ctx, L.fc1, mode, fc1_dims, norm.hp_output(), fused, args.fc1_weight, args.fc1_bias,
                           fc1_view, args.weight_unchanged, &plan);
-    be.plan_activation(o.activation, fc1_view, false, &plan);
+    if (!act_in_cast) be.plan_activation(o.activation, fc1_view, false, &plan);
     ProjectionForward fc2(ctx, L.fc2, mode, fc2_dims, act_view, false, args.fc2_weight, args.fc2_bias, y2d,
-                          args.weight_unchanged, &plan);
+                          args.weight_unchanged, &plan, act_source);
     be.reserve(plan);
     ac.reserve_forward(fc1.states_to_register() + fc2.states_to_register());
 
@@ -70,7 +76,7 @@ LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, 
     if (mode.fp8) saved->ticket = ac.enter_module();
     norm.run(&fc1);
     fc1.run();
-    be.activation_forward(o.activation, fc1_view, act_view);
+    if (!act_in_cast) be.activation_forward(o.activation, fc1_view, act_view);
     fc2.run();
     norm.save(&saved->norm);
     fc1.save(&saved->fc1);

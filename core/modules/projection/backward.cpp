@@ -1,5 +1,7 @@
 #include "modules/projection/projection.h"
 
+#include "base/check.h"
+
 namespace te {
 
 namespace {
@@ -20,10 +22,12 @@ GemmArgs gemm_tn(const TensorView &a, const TensorView &b, const TensorView &d, 
 ProjectionBackward::ProjectionBackward(Context &ctx, ProjectionState &st, ProjectionSaved &saved,
                                        const Recipe *recipe, const Group *group, const ProjectionDims &dims,
                                        const TensorView &dy, const ProjectionGrads &g, bool accumulate_dw,
-                                       ScratchPlan *plan)
-    : ctx_(ctx), st_(st), saved_(saved), recipe_(recipe), group_(group), dy_(dy), g_(g) {
+                                       ScratchPlan *plan, const ActivationSource &dy_source)
+    : ctx_(ctx), st_(st), saved_(saved), recipe_(recipe), group_(group), dy_(dy), dy_source_(dy_source), g_(g) {
   Backend &be = ctx.backend();
   const bool want_dx = g.dx.data != nullptr, want_dw = g.dw.data != nullptr;
+  if (dy_source.active() && !(saved.fp8 && (want_dx || want_dw)))
+    fail(Status::Internal, "ProjectionBackward: an activation source needs an FP8 backward that quantizes dy");
   if (g.db.data) be.plan_bias_grad(dy, plan);
   if (!saved.fp8) {
     dgrad_.a = dy;  // dx = dy W
@@ -50,6 +54,7 @@ ProjectionBackward::ProjectionBackward(Context &ctx, ProjectionState &st, Projec
   QuantizeRequest req;
   req.recipe = recipe;
   req.group = group;
+  req.source = dy_source;
   if (want_dx || want_dw) plan_quantize(be, req, dy, dyq_, plan);
   if (want_dx) be.plan_gemm(dgrad_, plan);
   if (want_dw) be.plan_gemm(wgrad_, plan);
@@ -79,6 +84,7 @@ void ProjectionBackward::run() {
     if (delayed_ && !snapshot_pending_) req.scale = saved_.grad_scale.floats();
     if (snapshot_pending_) req.scale_copy = saved_.grad_scale.floats();
     req.dbias = g_.db;  // the bias gradient in the pass that casts dy
+    req.source = dy_source_;
     quantize(be, req, dy_, dyq_);
   } else if (snapshot_pending_) {
     be.copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));

@@ -1,5 +1,7 @@
 #include "modules/projection/projection.h"
 
+#include "base/check.h"
+
 namespace te {
 
 void ProjectionState::forget(Autocast &ac) {
@@ -52,9 +54,12 @@ GemmArgs fprop_gemm(const TensorView &x, const TensorView &w, const TensorView &
 ProjectionForward::ProjectionForward(Context &ctx, ProjectionState &st, const ForwardMode &mode,
                                      const ProjectionDims &dims, const TensorView &x, bool external_input,
                                      const TensorView &w, const TensorView &bias, const TensorView &y,
-                                     bool weight_unchanged, ScratchPlan *plan)
-    : ctx_(ctx), st_(st), mode_(mode), dims_(dims), x_(x), w_(w), bias_(bias), y_(y), external_(external_input) {
+                                     bool weight_unchanged, ScratchPlan *plan, const ActivationSource &x_source)
+    : ctx_(ctx), st_(st), mode_(mode), dims_(dims), x_(x), w_(w), bias_(bias), y_(y), external_(external_input),
+      x_source_(x_source) {
   Backend &be = ctx.backend();
+  if (x_source.active() && (!mode.fp8 || external_input))
+    fail(Status::Internal, "ProjectionForward: an activation source needs an FP8 forward that quantizes x itself");
   if (!mode.fp8) {
     fprop_ = fprop_gemm(x, w, bias, y, false);
     be.plan_gemm(fprop_, plan);
@@ -80,7 +85,9 @@ ProjectionForward::ProjectionForward(Context &ctx, ProjectionState &st, const Fo
   QuantizeRequest req;
   req.recipe = &recipe;
   req.group = mode.group;
+  req.source = x_source;
   if (!external_) plan_quantize(be, req, x, xq_, plan);
+  req.source = ActivationSource();
   if (!reuse_weight_) plan_quantize(be, req, w, wc_->q, plan);
   fprop_ = fprop_gemm(xq_.row, wc_->q.row, bias, y, recipe.options().fprop_split_accumulator);
   be.plan_gemm(fprop_, plan);
@@ -111,7 +118,7 @@ void ProjectionForward::run() {
   TensorView xs[2];
   QuantizedMatrix *outs[2];
   int n = 0;
-  if (!external_) reqs[n].state = &st_.input, xs[n] = x_, outs[n++] = &xq_;
+  if (!external_) reqs[n].state = &st_.input, reqs[n].source = x_source_, xs[n] = x_, outs[n++] = &xq_;
   if (!reuse_weight_) reqs[n].state = &st_.weight, xs[n] = w_, outs[n++] = &wc_->q;
   for (int i = 0; i < n; ++i) reqs[i].recipe = mode_.recipe, reqs[i].group = mode_.group;
   quantize_many(be, reqs, xs, outs, n);

@@ -80,10 +80,12 @@ class ProjectionForward {
   // writes the FP8 input itself between commit() and run() (a norm fused with the cast), into
   // input() with input_state()'s scale and amax. `padded_tokens` >= dims.tokens rows of the FP8
   // input are allocated (GroupedLinear pads each expert's tokens to 16; the pad rows must be
-  // written as zeros by the quantization).
+  // written as zeros by the quantization). `x_source` (FP8 only): x is an activation's output,
+  // made in the cast of x where the backend fuses it (x: its shape and dtype; ActivationSource).
   ProjectionForward(Context &ctx, ProjectionState &st, const ForwardMode &mode, const ProjectionDims &dims,
                     const TensorView &x, bool external_input, const TensorView &w, const TensorView &bias,
-                    const TensorView &y, bool weight_unchanged, ScratchPlan *plan);
+                    const TensorView &y, bool weight_unchanged, ScratchPlan *plan,
+                    const ActivationSource &x_source = ActivationSource());
   // Scaling states the step registers into the forward bucket (reserve_forward's n).
   int states_to_register() const { return mode_.delayed() && (mode_.fp8 || mode_.calibrating) ? 2 : 0; }
   void commit();
@@ -102,6 +104,7 @@ class ProjectionForward {
   ProjectionDims dims_;
   TensorView x_, w_, bias_, y_;
   bool external_;
+  ActivationSource x_source_;
   bool reuse_weight_ = false;
   QuantizedMatrix xq_;
   std::shared_ptr<WeightCache> wc_;
@@ -113,12 +116,13 @@ struct ProjectionGrads {
   TensorView dx, dw, db;  // data == nullptr: not requested; dx [tokens, in], dw [out, in], db [out]
 };
 
-// One backward from dy [tokens, out].
+// One backward from dy [tokens, out]. `dy_source` (FP8, dx or dW requested): dy is an
+// activation's gradient, made in the cast of dy (dy: its shape and dtype; ActivationSource).
 class ProjectionBackward {
  public:
   ProjectionBackward(Context &ctx, ProjectionState &st, ProjectionSaved &saved, const Recipe *recipe,
                      const Group *group, const ProjectionDims &dims, const TensorView &dy, const ProjectionGrads &g,
-                     bool accumulate_dw, ScratchPlan *plan);
+                     bool accumulate_dw, ScratchPlan *plan, const ActivationSource &dy_source = ActivationSource());
   // Backward-bucket states this step registers (reserve_backward's n).
   int states_to_register() const { return registers_ ? 1 : 0; }
   void commit();
@@ -133,6 +137,7 @@ class ProjectionBackward {
   const Recipe *recipe_;
   const Group *group_;
   TensorView dy_;
+  ActivationSource dy_source_;
   ProjectionGrads g_;
   bool registers_ = false, delayed_ = false;
   bool snapshot_pending_ = false;  // commit() took the gradient-scale snapshot's buffer; run() fills it

@@ -1,0 +1,158 @@
+// Casts whose input is an activation's output or gradient (QuantizeItem::source): CUDA computes
+// the activation inside the delayed-scaling cast. Its codes, scale_inv and amax must be the bytes
+// of the activation made into a buffer and cast after it (Backend's default, run on the same
+// GPU: bit for bit for every activation), and of the CPU reference where the activation itself is
+// bit-identical across backends (ReLU, SReLU). The bias gradient taken in the same pass is summed
+// in another order than bias_grad: within fp32 rounding.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.h"
+#include "numerics/numerics.h"
+
+namespace te::gpu_test {
+namespace {
+
+constexpr Device kCpu{DeviceType::CPU, 0};
+constexpr Device kGpu{DeviceType::CUDA, 0};
+
+struct SourceCase {
+  Activation act;
+  bool backward;
+  DType dtype;
+  int64_t rows, cols;  // x's shape
+  bool dbias = false;
+};
+
+const char *act_name(Activation a) {
+  switch (a) {
+    case Activation::ReLU: return "relu";
+    case Activation::GELU: return "gelu";
+    case Activation::SwiGLU: return "swiglu";
+    case Activation::GeGLU: return "geglu";
+    case Activation::SReLU: return "srelu";
+  }
+  return "?";
+}
+
+std::vector<uint8_t> random_bytes(size_t n, DType t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<uint8_t> b(n * dtype_size(t));
+  for (size_t i = 0; i < n; ++i) {
+    float v = normal(rng);
+    if (i % 97 == 5) v = NAN;  // a NaN propagates to a NaN code and a NaN amax
+    if (i % 89 == 7) v = -0.0f;
+    store_from_float(b.data(), t, static_cast<int64_t>(i), v);
+  }
+  return b;
+}
+
+// The buffers of one case on one backend.
+struct Side {
+  Side(Backend &be, const SourceCase &c, const std::vector<uint8_t> &pre_host, const std::vector<uint8_t> &grad_host)
+      : pre(be, pre_host),
+        grad(be, grad_host),
+        out(be, size_t(c.rows * c.cols)),
+        out_t(be, size_t(c.rows * c.cols)),
+        sinv(be, 2 * sizeof(float)),
+        state(be, std::vector<float>{0.25f, 6.0f, -1.0f}),  // amax to accumulate into, scale, scale copy
+        db(be, size_t(c.cols) * dtype_size(c.dtype)) {}
+  DeviceBuffer pre, grad, out, out_t, sinv, state, db;
+};
+
+// Runs the case's item on `be` through `run` (fused or the default).
+template <class Run>
+void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
+  const bool gated = is_gated(c.act);
+  const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
+  const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
+  TensorView out = make_view(s.out.get(), DType::E4M3, dev, c.rows, c.cols);
+  TensorView out_t = make_view(s.out_t.get(), DType::E4M3, dev, c.cols, c.rows);
+  out.scale_inv = s.sinv.floats();
+  out_t.scale_inv = s.sinv.floats() + 1;
+  QuantizeItem q;
+  q.kind = QuantizeItem::Kind::Delayed;
+  q.x = make_view(nullptr, c.dtype, dev, c.rows, c.cols);
+  q.source.act = c.act;
+  q.source.backward = c.backward;
+  q.source.pre = make_view(s.pre.get(), c.dtype, dev, c.rows, pre_cols);
+  if (c.backward) q.source.grad = make_view(s.grad.get(), c.dtype, dev, c.rows, grad_cols);
+  q.out = &out;
+  q.out_t = &out_t;
+  q.scale = s.state.floats() + 1;
+  q.amax_accum = s.state.floats();
+  q.scale_copy = s.state.floats() + 2;
+  if (c.dbias) {
+    q.dbias = make_view(s.db.get(), c.dtype, dev, c.cols, 1);
+    q.dbias.ndim = 1;
+  }
+  run(&q);
+}
+
+std::string describe(const SourceCase &c) {
+  return std::string(act_name(c.act)) + (c.backward ? " backward " : " forward ") + dtype_name(c.dtype) + " " +
+         std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.dbias ? " +dbias" : "");
+}
+
+void expect_same(const DeviceBuffer &a, const DeviceBuffer &b, const std::string &what) {
+  const std::vector<uint8_t> x = a.read<uint8_t>(), y = b.read<uint8_t>();
+  size_t bad = 0, first = x.size();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] != y[i] && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " bytes differ, the first at byte " << first;
+}
+
+class CudaActivationCast : public GpuTest {};
+
+TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
+  ASSERT_TRUE(gpu->fuses_activation_cast(QuantizeItem::Kind::Delayed));
+  std::vector<SourceCase> cases;
+  const Activation acts[] = {Activation::ReLU, Activation::GELU, Activation::SwiGLU, Activation::GeGLU,
+                             Activation::SReLU};
+  for (Activation a : acts)
+    for (bool bwd : {false, true}) {
+      cases.push_back({a, bwd, DType::BF16, 256, 384, bwd});  // full tiles, vector loads
+      cases.push_back({a, bwd, DType::BF16, 131, 200, bwd});  // ragged tiles; gated halves of 100
+      cases.push_back({a, bwd, DType::F32, 128, 160});        // halves of 80 (not a multiple of 128)
+      cases.push_back({a, bwd, DType::F16, 32, 64, bwd});     // one row of tiles: dbias written directly
+    }
+  uint32_t seed = 11;
+  for (const SourceCase &c : cases) {
+    const std::string what = describe(c);
+    const bool gated = is_gated(c.act);
+    const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
+    const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
+    const std::vector<uint8_t> pre = random_bytes(size_t(c.rows * pre_cols), c.dtype, seed++);
+    const std::vector<uint8_t> grad = random_bytes(size_t(c.rows * grad_cols), c.dtype, seed++);
+    Side fused(*gpu, c, pre, grad), made(*gpu, c, pre, grad), ref(*cpu, c, pre, grad);
+    run_case(kGpu, c, fused, [&](const QuantizeItem *q) { gpu->quantize_many(q, 1); });
+    run_case(kGpu, c, made, [&](const QuantizeItem *q) { gpu->Backend::quantize_many(q, 1); });
+    run_case(kCpu, c, ref, [&](const QuantizeItem *q) { cpu->quantize_many(q, 1); });
+    expect_same(fused.out, made.out, what + " out");
+    expect_same(fused.out_t, made.out_t, what + " out_t");
+    expect_same(fused.sinv, made.sinv, what + " scale_inv");
+    expect_same(fused.state, made.state, what + " amax / scale / scale copy");
+    if (c.act == Activation::ReLU || c.act == Activation::SReLU) {
+      expect_same(fused.out, ref.out, what + " out vs the CPU");
+      expect_same(fused.out_t, ref.out_t, what + " out_t vs the CPU");
+      expect_same(fused.state, ref.state, what + " state vs the CPU");
+    }
+    if (c.dbias) {
+      const std::vector<uint8_t> a = fused.db.read<uint8_t>(), b = made.db.read<uint8_t>();
+      int bad = 0;
+      for (int64_t col = 0; col < c.cols; ++col) {
+        const double va = load_as_float(a.data(), c.dtype, col), vb = load_as_float(b.data(), c.dtype, col);
+        if (std::isnan(va) && std::isnan(vb)) continue;  // a NaN in the column
+        const double tol = 1e-3 * (std::fabs(vb) + 1.0) + 0.0079 * std::fabs(vb);
+        if (!(std::fabs(va - vb) <= tol) && bad++ < 3)
+          ADD_FAILURE() << what << " dbias[" << col << "]: fused " << va << " bias_grad " << vb;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace te::gpu_test
