@@ -34,9 +34,7 @@ void QuantizedMatrix::allocate(Backend &be, ScalingMode mode, DType dtype, int64
   *this = std::move(q);
 }
 
-namespace {
-
-QuantizeItem::Kind item_kind(const Recipe &r) {
+QuantizeItem::Kind quantize_kind(const Recipe &r) {
   switch (r.kind()) {
     case RecipeKind::Delayed: return QuantizeItem::Kind::Delayed;
     case RecipeKind::Current: return QuantizeItem::Kind::Current;
@@ -45,13 +43,11 @@ QuantizeItem::Kind item_kind(const Recipe &r) {
   return QuantizeItem::Kind::Block;
 }
 
-}  // namespace
-
 void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
                    ScratchPlan *plan) {
   const TensorView *row = out.row.data ? &out.row : nullptr;
   const TensorView *col = out.col.data ? &out.col : nullptr;
-  if (req.source.active()) be.plan_quantize_source(item_kind(*req.recipe), x, plan);
+  if (req.source.active()) be.plan_quantize_source(quantize_kind(*req.recipe), x, plan);
   if (req.recipe->kind() == RecipeKind::Block) be.plan_block_quantize(x, plan);
   else be.plan_cast_transpose(x, row, col, plan);
 }

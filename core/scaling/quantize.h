@@ -38,6 +38,9 @@ struct QuantizeRequest {
   ActivationSource source;
 };
 
+// The backend's kind of quantization for a recipe (Backend::fuses_activation_cast asks by it).
+QuantizeItem::Kind quantize_kind(const Recipe &recipe);
+
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.
 void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out);
 // quantize for n (request, x, out) triples at once: the same results, in fewer launches

@@ -1,5 +1,6 @@
 // Casts whose input is an activation's output or gradient (QuantizeItem::source): CUDA computes
-// the activation inside the delayed-scaling cast. Its codes, scale_inv and amax must be the bytes
+// the activation inside the delayed-scaling cast and the block quantization. Its codes, scale_inv
+// and amax must be the bytes
 // of the activation made into a buffer and cast after it (Backend's default, run on the same
 // GPU: bit for bit for every activation), and of the CPU reference where the activation itself is
 // bit-identical across backends (ReLU, SReLU). The bias gradient taken in the same pass is summed
@@ -19,11 +20,13 @@ constexpr Device kCpu{DeviceType::CPU, 0};
 constexpr Device kGpu{DeviceType::CUDA, 0};
 
 struct SourceCase {
+  QuantizeItem::Kind kind;  // Delayed or Block (1x128 both ways)
   Activation act;
   bool backward;
   DType dtype;
   int64_t rows, cols;  // x's shape
   bool dbias = false;
+  ScalingMode mode() const { return kind == QuantizeItem::Kind::Block ? ScalingMode::Block1x128 : ScalingMode::PerTensor; }
 };
 
 const char *act_name(Activation a) {
@@ -57,10 +60,11 @@ struct Side {
         grad(be, grad_host),
         out(be, size_t(c.rows * c.cols)),
         out_t(be, size_t(c.rows * c.cols)),
-        sinv(be, 2 * sizeof(float)),
+        sinv(be, sizeof(float) * size_t(scale_inv_count(c.mode(), c.rows, c.cols))),
+        sinv_t(be, sizeof(float) * size_t(scale_inv_count(c.mode(), c.cols, c.rows))),
         state(be, std::vector<float>{0.25f, 6.0f, -1.0f}),  // amax to accumulate into, scale, scale copy
         db(be, size_t(c.cols) * dtype_size(c.dtype)) {}
-  DeviceBuffer pre, grad, out, out_t, sinv, state, db;
+  DeviceBuffer pre, grad, out, out_t, sinv, sinv_t, state, db;
 };
 
 // Runs the case's item on `be` through `run` (fused or the default).
@@ -72,9 +76,11 @@ void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
   TensorView out = make_view(s.out.get(), DType::E4M3, dev, c.rows, c.cols);
   TensorView out_t = make_view(s.out_t.get(), DType::E4M3, dev, c.cols, c.rows);
   out.scale_inv = s.sinv.floats();
-  out_t.scale_inv = s.sinv.floats() + 1;
+  out_t.scale_inv = s.sinv_t.floats();
+  out.scaling = out_t.scaling = c.mode();
   QuantizeItem q;
-  q.kind = QuantizeItem::Kind::Delayed;
+  q.kind = c.kind;
+  q.block_mode = c.mode();
   q.x = make_view(nullptr, c.dtype, dev, c.rows, c.cols);
   q.source.act = c.act;
   q.source.backward = c.backward;
@@ -93,7 +99,8 @@ void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
 }
 
 std::string describe(const SourceCase &c) {
-  return std::string(act_name(c.act)) + (c.backward ? " backward " : " forward ") + dtype_name(c.dtype) + " " +
+  return std::string(c.kind == QuantizeItem::Kind::Block ? "block " : "delayed ") + act_name(c.act) +
+         (c.backward ? " backward " : " forward ") + dtype_name(c.dtype) + " " +
          std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.dbias ? " +dbias" : "");
 }
 
@@ -108,17 +115,20 @@ void expect_same(const DeviceBuffer &a, const DeviceBuffer &b, const std::string
 class CudaActivationCast : public GpuTest {};
 
 TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
-  ASSERT_TRUE(gpu->fuses_activation_cast(QuantizeItem::Kind::Delayed));
+  using K = QuantizeItem::Kind;
+  ASSERT_TRUE(gpu->fuses_activation_cast(K::Delayed));
+  ASSERT_TRUE(gpu->fuses_activation_cast(K::Block));
   std::vector<SourceCase> cases;
   const Activation acts[] = {Activation::ReLU, Activation::GELU, Activation::SwiGLU, Activation::GeGLU,
                              Activation::SReLU};
-  for (Activation a : acts)
-    for (bool bwd : {false, true}) {
-      cases.push_back({a, bwd, DType::BF16, 256, 384, bwd});  // full tiles, vector loads
-      cases.push_back({a, bwd, DType::BF16, 131, 200, bwd});  // ragged tiles; gated halves of 100
-      cases.push_back({a, bwd, DType::F32, 128, 160});        // halves of 80 (not a multiple of 128)
-      cases.push_back({a, bwd, DType::F16, 32, 64, bwd});     // one row of tiles: dbias written directly
-    }
+  for (K kind : {K::Delayed, K::Block})
+    for (Activation a : acts)
+      for (bool bwd : {false, true}) {
+        cases.push_back({kind, a, bwd, DType::BF16, 256, 384, bwd});  // full tiles, vector loads
+        cases.push_back({kind, a, bwd, DType::BF16, 131, 200, bwd});  // ragged tiles; gated halves of 100
+        cases.push_back({kind, a, bwd, DType::F32, 128, 160});        // halves of 80 (not a multiple of 128)
+        cases.push_back({kind, a, bwd, DType::F16, 32, 64, bwd});     // one row of tiles: dbias written directly
+      }
   uint32_t seed = 11;
   for (const SourceCase &c : cases) {
     const std::string what = describe(c);
@@ -134,10 +144,13 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
     expect_same(fused.out, made.out, what + " out");
     expect_same(fused.out_t, made.out_t, what + " out_t");
     expect_same(fused.sinv, made.sinv, what + " scale_inv");
+    expect_same(fused.sinv_t, made.sinv_t, what + " scale_inv of out_t");
     expect_same(fused.state, made.state, what + " amax / scale / scale copy");
     if (c.act == Activation::ReLU || c.act == Activation::SReLU) {
       expect_same(fused.out, ref.out, what + " out vs the CPU");
       expect_same(fused.out_t, ref.out_t, what + " out_t vs the CPU");
+      expect_same(fused.sinv, ref.sinv, what + " scale_inv vs the CPU");
+      expect_same(fused.sinv_t, ref.sinv_t, what + " scale_inv of out_t vs the CPU");
       expect_same(fused.state, ref.state, what + " state vs the CPU");
     }
     if (c.dbias) {

@@ -44,9 +44,12 @@ class CudaBackend final : public Backend {
                       TensorView *out_t) override;
   void dequantize(const TensorView &x, const TensorView &out) override;
   void quantize_many(const QuantizeItem *items, int n) override;
-  // Delayed scaling's casts take an activation source in the pass that casts (its scale is known
-  // before the pass); the other kinds make it into scratch first (Backend's default).
-  bool fuses_activation_cast(QuantizeItem::Kind kind) const override { return kind == QuantizeItem::Kind::Delayed; }
+  // Delayed and block scaling take an activation source in the pass that casts (the scale is
+  // known before the pass, or comes from the tile the pass holds); current scaling, whose scale
+  // needs the whole tensor's amax first, makes it into scratch (Backend's default).
+  bool fuses_activation_cast(QuantizeItem::Kind kind) const override {
+    return kind == QuantizeItem::Kind::Delayed || kind == QuantizeItem::Kind::Block;
+  }
 
   void gemm(const GemmArgs &args) override;
   void gemm_many(const GemmArgs *args, int n) override;

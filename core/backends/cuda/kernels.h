@@ -60,6 +60,7 @@ struct BlockQuantizeItem {
   float epsilon = 0.0f;
   TensorView *out = nullptr, *out_t = nullptr;
   void *dbias = nullptr;  // as CastItem's
+  ActivationSource source;  // as CastItem's (x.data may then be null)
   DType dbias_dtype = DType::F32;
 };
 // 1..kMaxCastItems tensors of one input dtype (any modes), one launch.

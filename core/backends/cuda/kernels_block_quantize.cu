@@ -8,6 +8,7 @@
 // Scales: compute_scale_from_amax per block, scale_inv = 1 / scale, as the CPU reference.
 // One launch quantizes up to kMaxCastItems tensors of one input dtype, each in its own mode
 // (quantize_many: a layer's input, 1x128, and weight, 128x128).
+#include "backends/cuda/activation_tile.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
@@ -30,6 +31,7 @@ struct BlockQuantizeParams {
   unsigned first_block;  // the tensor's first block in the grid (several tensors per launch)
   void *dbias;           // optional column sums of x, as CastItem's (kernels.h)
   DType dbias_dtype;
+  ActivationTile act;    // optional: x is computed from an activation's input, not read
 };
 
 struct BlockQuantizeBatch {
@@ -51,7 +53,9 @@ struct BlockSmem {
 };
 
 // Tile `bid` of one tensor.
-template <DType T, ScalingMode Mode>
+// Act: the launch has a tensor with an activation source (a template flag: the plain kernel keeps
+// its registers).
+template <DType T, ScalingMode Mode, bool Act>
 __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int64_t bid, BlockSmem &sm) {
   uint8_t *smem_t = sm.t;
   auto &col_amax = sm.col_amax;
@@ -65,7 +69,18 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   float f[kRowsPerThread][kUnit];
-  load_tile_rows<T>(p.x, p.rows, p.cols, tc, full, f);
+  if (Act && p.act.active) {
+    // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
+    for_tile_activation_rows<T>(p.act, p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
+#pragma unroll
+      for (int k = 0; k < kRowsPerThread; ++k)
+#pragma unroll
+        for (int j = 0; j < kUnit; ++j)
+          if (k == i) f[k][j] = v[j];
+    });
+  } else {
+    load_tile_rows<T>(p.x, p.rows, p.cols, tc, full, f);
+  }
 
   // ---- amaxes and scales ----
   float row_scale[kRowsPerThread];  // out's scale for each of the thread's rows
@@ -165,7 +180,7 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
 // Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid; the block's
 // tensor is selected with constant indices (a dynamic index into the parameters would copy them
 // to local memory), its scaling mode at run time.
-template <DType T>
+template <DType T, bool Act>
 __global__ void __launch_bounds__(kTileThreads, 2) block_quantize_kernel(const BlockQuantizeBatch b) {
   __shared__ BlockSmem sm;
   BlockQuantizeParams p = b.item[0];
@@ -173,8 +188,8 @@ __global__ void __launch_bounds__(kTileThreads, 2) block_quantize_kernel(const B
   for (int i = 1; i < kMaxCastItems; ++i)
     if (i < b.n && blockIdx.x >= b.item[i].first_block) p = b.item[i];
   const int64_t bid = blockIdx.x - p.first_block;
-  if (p.mode == ScalingMode::Block1x128) quantize_tile<T, ScalingMode::Block1x128>(p, bid, sm);
-  else quantize_tile<T, ScalingMode::Block128x128>(p, bid, sm);
+  if (p.mode == ScalingMode::Block1x128) quantize_tile<T, ScalingMode::Block1x128, Act>(p, bid, sm);
+  else quantize_tile<T, ScalingMode::Block128x128, Act>(p, bid, sm);
 }
 
 // The parameters of one tensor; false when it has nothing to write (no blocks, no scales).
@@ -200,8 +215,15 @@ bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
   p.first_block = 0;
   p.dbias = q.dbias;
   p.dbias_dtype = q.dbias_dtype;
+  p.act = activation_tile(q.source, p.cols);
   *out_p = p;
   return true;
+}
+
+template <DType T>
+void launch(const BlockQuantizeBatch &b, bool act, unsigned grid, cudaStream_t stream) {
+  if (act) block_quantize_kernel<T, true><<<grid, kTileThreads, 0, stream>>>(b);
+  else block_quantize_kernel<T, false><<<grid, kTileThreads, 0, stream>>>(b);
 }
 
 }  // namespace
@@ -218,10 +240,12 @@ void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t str
     b.item[b.n++] = p;
   }
   if (b.n == 0) return;
+  bool act = false;
+  for (int i = 0; i < b.n; ++i) act = act || b.item[i].act.active;
   switch (items[0].x.dtype) {
-    case DType::F32: block_quantize_kernel<DType::F32><<<grid, kTileThreads, 0, stream>>>(b); break;
-    case DType::F16: block_quantize_kernel<DType::F16><<<grid, kTileThreads, 0, stream>>>(b); break;
-    default: block_quantize_kernel<DType::BF16><<<grid, kTileThreads, 0, stream>>>(b); break;
+    case DType::F32: launch<DType::F32>(b, act, grid, stream); break;
+    case DType::F16: launch<DType::F16>(b, act, grid, stream); break;
+    default: launch<DType::BF16>(b, act, grid, stream); break;
   }
   TE_CUDA_CHECK_LAUNCH();
 }

@@ -10,7 +10,7 @@
 // compute_scale_from_amax itself, so amax -> scale -> cast takes two launches and no memset.
 // A small tensor (kSelfAmaxElements at most) needs no amax pass at all: each of its few blocks
 // reads all of it (from L2) and takes the amax itself, so it is one launch.
-#include "backends/cuda/activation_math.cuh"
+#include "backends/cuda/activation_tile.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
@@ -41,13 +41,8 @@ struct CastItemParams {
   // when one row of tiles covers x, the gradient itself in dbias_dtype.
   void *dbias;
   DType dbias_dtype;
-  // Optional activation source (ActivationSource): x is computed from pre (and grad), not read.
-  bool act;
-  bool act_backward, act_gated;
-  bool act_vec;  // a full tile may load pre / grad as 16-byte vectors (alignment and halves checked)
+  ActivationTile act;      // optional: x is computed from an activation's input, not read
   int out_fmt, out_t_fmt;  // Fp8Fmt of out / out_t, for the kernel of run-time formats
-  Activation act_kind;
-  const void *act_pre, *act_grad;
 };
 
 struct CastTransposeParams {
@@ -63,139 +58,6 @@ __device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &
   for (int i = 1; i < kMaxCastItems; ++i)
     if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
   return it;
-}
-
-// Element (r, c) of an activation-sourced x, as activation_forward / activation_backward store
-// it (rounded to T); pre and grad are addressed per ActivationSource's layout.
-template <DType T>
-__device__ __forceinline__ float round_to(float v) {
-  if constexpr (T == DType::BF16) return bf16_bits_to_float(float_to_bf16_bits(v));
-  else if constexpr (T == DType::F16) return f16_bits_to_float(float_to_f16_bits(v));
-  else return v;
-}
-
-// From the sources' values at one element: forward a (and b, gated); backward also g, and
-// `second` (gated: the element lies in x's b half).
-template <DType T>
-__device__ __forceinline__ float activation_element(const CastItemParams &it, float a, float b, float g, bool second) {
-  using namespace act_math;
-  const Activation act = it.act_kind;
-  if (!it.act_backward) return round_to<T>(it.act_gated ? mul(gate(act, a), b) : apply(act, a));
-  if (!it.act_gated) return round_to<T>(mul(g, apply_grad(act, a)));
-  return round_to<T>(second ? mul(g, gate(act, a)) : mul(mul(g, dgate(act, a)), b));
-}
-
-// f[k] = round_to<T>(fn(k)) for the 16 elements of a unit.
-template <DType T, class Fn>
-__device__ __forceinline__ void map_unit(float (&f)[kUnit], Fn &&fn) {
-#pragma unroll
-  for (int k = 0; k < kUnit; ++k) f[k] = round_to<T>(fn(k));
-}
-
-// activation_element for a unit of 16 elements, with every choice (direction, activation, half)
-// made once for the unit: one formula per loop, not each element evaluating (or predicating)
-// all of them.
-template <DType T>
-__device__ __forceinline__ void activation_unit(const CastItemParams &it, bool second, const float (&a)[kUnit],
-                                                const float (&b)[kUnit], const float (&g)[kUnit], float (&f)[kUnit]) {
-  using namespace act_math;
-  const Activation act = it.act_kind;
-  if (!it.act_backward) {
-    if (act == Activation::SwiGLU) map_unit<T>(f, [&](int k) { return mul(silu(a[k]), b[k]); });
-    else if (act == Activation::GeGLU) map_unit<T>(f, [&](int k) { return mul(gelu(a[k]), b[k]); });
-    else if (act == Activation::ReLU) map_unit<T>(f, [&](int k) { return relu(a[k]); });
-    else if (act == Activation::SReLU) map_unit<T>(f, [&](int k) { return srelu(a[k]); });
-    else map_unit<T>(f, [&](int k) { return gelu(a[k]); });
-  } else if (act == Activation::SwiGLU) {
-    if (second) map_unit<T>(f, [&](int k) { return mul(g[k], silu(a[k])); });
-    else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dsilu(a[k])), b[k]); });
-  } else if (act == Activation::GeGLU) {
-    if (second) map_unit<T>(f, [&](int k) { return mul(g[k], gelu(a[k])); });
-    else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dgelu(a[k])), b[k]); });
-  } else if (act == Activation::ReLU) {
-    map_unit<T>(f, [&](int k) { return mul(g[k], drelu(a[k])); });
-  } else if (act == Activation::SReLU) {
-    map_unit<T>(f, [&](int k) { return mul(g[k], dsrelu(a[k])); });
-  } else {
-    map_unit<T>(f, [&](int k) { return mul(g[k], dgelu(a[k])); });
-  }
-}
-
-// The 16-byte vectors of 16 consecutive elements p[i .. i+15] (16-byte aligned).
-template <DType T>
-struct UnitVecs {
-  static constexpr int kVecs = kUnit * sizeof(typename InType<T>::Storage) / 16;
-  uint4 v[kVecs];
-  __device__ __forceinline__ void load(const void *p, int64_t i) {
-    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const typename InType<T>::Storage *>(p) + i);
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) v[k] = __ldg(src + k);
-  }
-  __device__ __forceinline__ void unpack(float (&f)[kUnit]) const {
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) unpack16<T>(v[k], &f[k * InType<T>::kPerVec]);
-  }
-};
-
-// for_tile_rows for an activation-sourced x: row_fn(i, f) for the thread's 4 rows, zeros outside
-// x. Forward: pre is [rows, cols] or, gated, [rows, 2 cols]; backward: pre is [rows, cols] and grad
-// [rows, cols] or, gated, [rows, cols / 2] (x = [d a | d b]).
-template <DType T, class RowFn>
-__device__ __forceinline__ void for_tile_activation_rows(const CastItemParams &it, const TileCoords &tc, bool full,
-                                                         RowFn &&row_fn) {
-  const int64_t rows = it.rows, cols = it.cols;
-  const int64_t r0 = tc.r0 + kRowsPerThread * tc.g, c = tc.c0 + kUnit * tc.u;
-  const bool gated = it.act_gated, bwd = it.act_backward;
-  const int64_t half = bwd ? cols / 2 : cols;              // gated: the width of a (and b) in pre
-  const int64_t pre_w = gated && !bwd ? 2 * cols : cols;   // pre's row width
-  const int64_t grad_w = gated ? half : cols;              // grad's row width (backward)
-  if (full && it.act_vec) {
-    // The thread's 16 columns lie in one half (half % 16 == 0): a, b and g are vectors. The
-    // loads of two rows are issued before their first use (the memory latency is the cost); more
-    // rows at once would take the registers that let two blocks share an SM.
-    const bool second = gated && bwd && c >= half;
-    const int64_t j = gated && bwd ? (second ? c - half : c) : c;  // a's column
-    constexpr int kBatch = 2;
-#pragma unroll 1
-    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
-      UnitVecs<T> va[kBatch], vb[kBatch], vg[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int64_t r = r0 + i0 + i;
-        va[i].load(it.act_pre, r * pre_w + j);
-        if (gated) vb[i].load(it.act_pre, r * pre_w + j + half);
-        if (bwd) vg[i].load(it.act_grad, r * grad_w + (gated ? j : c));
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        float a[kUnit], b[kUnit] = {}, g[kUnit] = {}, f[kUnit];
-        va[i].unpack(a);
-        if (gated) vb[i].unpack(b);
-        if (bwd) vg[i].unpack(g);
-        activation_unit<T>(it, second, a, b, g, f);
-        row_fn(i0 + i, f);
-      }
-    }
-    return;
-  }
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t r = r0 + i;
-    float f[kUnit];
-#pragma unroll
-    for (int k = 0; k < kUnit; ++k) {
-      const int64_t col = c + k;
-      f[k] = 0.0f;
-      if (r >= rows || col >= cols) continue;
-      const bool second = gated && bwd && col >= half;
-      const int64_t j = second ? col - half : col;
-      const float a = load_scalar<T>(it.act_pre, r * pre_w + j);
-      const float b = gated ? load_scalar<T>(it.act_pre, r * pre_w + j + half) : 0.0f;
-      const float g = bwd ? load_scalar<T>(it.act_grad, r * grad_w + (gated ? j : col)) : 0.0f;
-      f[k] = activation_element<T>(it, a, b, g, second);
-    }
-    row_fn(i, f);
-  }
 }
 
 // Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
@@ -278,7 +140,7 @@ __global__ void __launch_bounds__(kTileThreads, Act ? 2 : 1) cast_transpose_kern
     }
   };
   if constexpr (Act) {
-    if (it.act) for_tile_activation_rows<T>(it, tc, full, cast_row);
+    if (it.act.active) for_tile_activation_rows<T>(it.act, it.rows, it.cols, tc, full, cast_row);
     else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
   } else {
     for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
@@ -373,19 +235,9 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
     q.fp8_max = c.fp8_max, q.epsilon = c.epsilon, q.power_of_2 = c.power_of_2;
     q.dbias = c.dbias, q.dbias_dtype = c.dbias_dtype;
     q.out_fmt = fmt_of(c.out), q.out_t_fmt = fmt_of(c.out_t);
-    const ActivationSource &src = c.source;
-    q.act = src.active();
-    if (q.act) {
-      if (c.scale == nullptr)
-        fail(Status::Internal, "cast_transpose_many: an activation source needs a given (delayed) scale");
-      q.act_backward = src.backward;
-      q.act_gated = is_gated(src.act);
-      q.act_kind = src.act;
-      q.act_pre = src.pre.data;
-      q.act_grad = src.backward ? src.grad.data : nullptr;
-      const int64_t half = q.act_gated && src.backward ? q.cols / 2 : q.cols;
-      q.act_vec = aligned16(q.act_pre) && (q.act_grad == nullptr || aligned16(q.act_grad)) && half % kUnit == 0;
-    }
+    q.act = activation_tile(c.source, q.cols);
+    if (q.act.active && c.scale == nullptr)
+      fail(Status::Internal, "cast_transpose_many: an activation source needs a given (delayed) scale");
     const int64_t tiles = q.tiles_c * ((q.rows + kTile - 1) / kTile);
     // At least one block: it writes scale_inv (and folds amax 0) for an empty tensor too.
     q.first_block = grid;
@@ -394,7 +246,7 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
   const TensorView &x = items[0].x;
   const int out_fmt = fmt_of(items[0].out), out_t_fmt = fmt_of(items[0].out_t);
   bool act = false;
-  for (int i = 0; i < n; ++i) act = act || p.item[i].act;
+  for (int i = 0; i < n; ++i) act = act || p.item[i].act.active;
   if (act) {
     switch (x.dtype) {
       case DType::F32: launch_activation<DType::F32>(p, grid, stream); break;

@@ -96,6 +96,7 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
       BlockQuantizeItem &b = blocks[nb++];
       b.x = q.x, b.mode = q.block_mode, b.power_of_2 = q.power_of_2, b.epsilon = q.epsilon;
       b.out = q.out, b.out_t = q.out_t;
+      b.source = q.source;
       dbias_target(block_dbias, q, &b.dbias, &b.dbias_dtype);
       continue;
     }

@@ -55,12 +55,12 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   const bool through_norm = g.dx.data || g.dgamma.data || g.dbeta.data;
   const bool through_fc1 = through_norm || g.dfc1_w.data || g.dfc1_b.data;
 
-  // Delayed FP8 on a backend that fuses it, with fc1's dy quantized (for dx, dgamma, dbeta or
-  // dW1): the activation's gradient is made inside that cast and never stored.
+  // FP8 on a backend that fuses the recipe's cast with it (forward.cpp), with fc1's dy quantized
+  // (for dx, dgamma, dbeta or dW1): the activation's gradient is made inside that cast and never
+  // stored.
   const bool fc1_quantizes = through_norm || g.dfc1_w.data;
   const bool act_in_cast = through_fc1 && fc1_quantizes && s.fc1.fp8 && s.recipe.get() &&
-                           s.recipe.get()->kind() == RecipeKind::Delayed &&
-                           be.fuses_activation_cast(QuantizeItem::Kind::Delayed);
+                           be.fuses_activation_cast(quantize_kind(*s.recipe.get()));
 
   Buffer d_act, d_fc1, d_ln;
   if (through_fc1) {

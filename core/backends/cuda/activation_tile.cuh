@@ -1,0 +1,168 @@
+// Tiles of a tensor that is an activation's output or gradient (ActivationSource, backend.h),
+// computed where a cast reads its tile instead of read from memory: for_tile_activation_rows
+// stands in for fp8_tile.cuh's for_tile_rows. The values are those activation_forward /
+// activation_backward store (the formulas of activation_math.cuh, rounded to the dtype).
+#pragma once
+
+#include "backends/cuda/activation_math.cuh"
+#include "backends/cuda/fp8_tile.cuh"
+
+namespace te::cuda {
+
+// The kernel's view of an ActivationSource.
+struct ActivationTile {
+  bool active;
+  bool backward, gated;
+  bool vec;  // a full tile may load pre / grad as 16-byte vectors (alignment and halves checked)
+  Activation kind;
+  const void *pre, *grad;
+};
+
+// For x of `cols` columns (its shape; pre and grad follow ActivationSource's layout).
+inline ActivationTile activation_tile(const ActivationSource &src, int64_t cols) {
+  ActivationTile t{};
+  t.active = src.active();
+  if (!t.active) return t;
+  t.backward = src.backward;
+  t.gated = is_gated(src.act);
+  t.kind = src.act;
+  t.pre = src.pre.data;
+  t.grad = src.backward ? src.grad.data : nullptr;
+  const int64_t half = t.gated && src.backward ? cols / 2 : cols;
+  t.vec = aligned16(t.pre) && (t.grad == nullptr || aligned16(t.grad)) && half % kUnit == 0;
+  return t;
+}
+
+// Element (r, c) of an activation-sourced x, as activation_forward / activation_backward store
+// it (rounded to T); pre and grad are addressed per ActivationSource's layout.
+template <DType T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (T == DType::BF16) return bf16_bits_to_float(float_to_bf16_bits(v));
+  else if constexpr (T == DType::F16) return f16_bits_to_float(float_to_f16_bits(v));
+  else return v;
+}
+
+// From the sources' values at one element: forward a (and b, gated); backward also g, and
+// `second` (gated: the element lies in x's b half).
+template <DType T>
+__device__ __forceinline__ float activation_element(const ActivationTile &at, float a, float b, float g, bool second) {
+  using namespace act_math;
+  const Activation act = at.kind;
+  if (!at.backward) return round_to<T>(at.gated ? mul(gate(act, a), b) : apply(act, a));
+  if (!at.gated) return round_to<T>(mul(g, apply_grad(act, a)));
+  return round_to<T>(second ? mul(g, gate(act, a)) : mul(mul(g, dgate(act, a)), b));
+}
+
+// f[k] = round_to<T>(fn(k)) for the 16 elements of a unit.
+template <DType T, class Fn>
+__device__ __forceinline__ void map_unit(float (&f)[kUnit], Fn &&fn) {
+#pragma unroll
+  for (int k = 0; k < kUnit; ++k) f[k] = round_to<T>(fn(k));
+}
+
+// activation_element for a unit of 16 elements, with every choice (direction, activation, half)
+// made once for the unit: one formula per loop, not each element evaluating (or predicating)
+// all of them.
+template <DType T>
+__device__ __forceinline__ void activation_unit(const ActivationTile &at, bool second, const float (&a)[kUnit],
+                                                const float (&b)[kUnit], const float (&g)[kUnit], float (&f)[kUnit]) {
+  using namespace act_math;
+  const Activation act = at.kind;
+  if (!at.backward) {
+    if (act == Activation::SwiGLU) map_unit<T>(f, [&](int k) { return mul(silu(a[k]), b[k]); });
+    else if (act == Activation::GeGLU) map_unit<T>(f, [&](int k) { return mul(gelu(a[k]), b[k]); });
+    else if (act == Activation::ReLU) map_unit<T>(f, [&](int k) { return relu(a[k]); });
+    else if (act == Activation::SReLU) map_unit<T>(f, [&](int k) { return srelu(a[k]); });
+    else map_unit<T>(f, [&](int k) { return gelu(a[k]); });
+  } else if (act == Activation::SwiGLU) {
+    if (second) map_unit<T>(f, [&](int k) { return mul(g[k], silu(a[k])); });
+    else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dsilu(a[k])), b[k]); });
+  } else if (act == Activation::GeGLU) {
+    if (second) map_unit<T>(f, [&](int k) { return mul(g[k], gelu(a[k])); });
+    else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dgelu(a[k])), b[k]); });
+  } else if (act == Activation::ReLU) {
+    map_unit<T>(f, [&](int k) { return mul(g[k], drelu(a[k])); });
+  } else if (act == Activation::SReLU) {
+    map_unit<T>(f, [&](int k) { return mul(g[k], dsrelu(a[k])); });
+  } else {
+    map_unit<T>(f, [&](int k) { return mul(g[k], dgelu(a[k])); });
+  }
+}
+
+// The 16-byte vectors of 16 consecutive elements p[i .. i+15] (16-byte aligned).
+template <DType T>
+struct UnitVecs {
+  static constexpr int kVecs = kUnit * sizeof(typename InType<T>::Storage) / 16;
+  uint4 v[kVecs];
+  __device__ __forceinline__ void load(const void *p, int64_t i) {
+    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const typename InType<T>::Storage *>(p) + i);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) v[k] = __ldg(src + k);
+  }
+  __device__ __forceinline__ void unpack(float (&f)[kUnit]) const {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) unpack16<T>(v[k], &f[k * InType<T>::kPerVec]);
+  }
+};
+
+// for_tile_rows for an activation-sourced x: row_fn(i, f) for the thread's 4 rows, zeros outside
+// x. Forward: pre is [rows, cols] or, gated, [rows, 2 cols]; backward: pre is [rows, cols] and grad
+// [rows, cols] or, gated, [rows, cols / 2] (x = [d a | d b]).
+template <DType T, class RowFn>
+__device__ __forceinline__ void for_tile_activation_rows(const ActivationTile &at, int64_t rows, int64_t cols,
+                                                         const TileCoords &tc, bool full, RowFn &&row_fn) {
+  const int64_t r0 = tc.r0 + kRowsPerThread * tc.g, c = tc.c0 + kUnit * tc.u;
+  const bool gated = at.gated, bwd = at.backward;
+  const int64_t half = bwd ? cols / 2 : cols;              // gated: the width of a (and b) in pre
+  const int64_t pre_w = gated && !bwd ? 2 * cols : cols;   // pre's row width
+  const int64_t grad_w = gated ? half : cols;              // grad's row width (backward)
+  if (full && at.vec) {
+    // The thread's 16 columns lie in one half (half % 16 == 0): a, b and g are vectors. The
+    // loads of two rows are issued before their first use (the memory latency is the cost); more
+    // rows at once would take the registers that let two blocks share an SM.
+    const bool second = gated && bwd && c >= half;
+    const int64_t j = gated && bwd ? (second ? c - half : c) : c;  // a's column
+    constexpr int kBatch = 2;
+#pragma unroll 1
+    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
+      UnitVecs<T> va[kBatch], vb[kBatch], vg[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int64_t r = r0 + i0 + i;
+        va[i].load(at.pre, r * pre_w + j);
+        if (gated) vb[i].load(at.pre, r * pre_w + j + half);
+        if (bwd) vg[i].load(at.grad, r * grad_w + (gated ? j : c));
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        float a[kUnit], b[kUnit] = {}, g[kUnit] = {}, f[kUnit];
+        va[i].unpack(a);
+        if (gated) vb[i].unpack(b);
+        if (bwd) vg[i].unpack(g);
+        activation_unit<T>(at, second, a, b, g, f);
+        row_fn(i0 + i, f);
+      }
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = r0 + i;
+    float f[kUnit];
+#pragma unroll
+    for (int k = 0; k < kUnit; ++k) {
+      const int64_t col = c + k;
+      f[k] = 0.0f;
+      if (r >= rows || col >= cols) continue;
+      const bool second = gated && bwd && col >= half;
+      const int64_t j = second ? col - half : col;
+      const float a = load_scalar<T>(at.pre, r * pre_w + j);
+      const float b = gated ? load_scalar<T>(at.pre, r * pre_w + j + half) : 0.0f;
+      const float g = bwd ? load_scalar<T>(at.grad, r * grad_w + (gated ? j : col)) : 0.0f;
+      f[k] = activation_element<T>(at, a, b, g, second);
+    }
+    row_fn(i, f);
+  }
+}
+
+}  // namespace te::cuda
