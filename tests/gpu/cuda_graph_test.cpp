@@ -1,7 +1,9 @@
 // A whole FP8 training step (autocast begin, forward, autocast end with its scale update,
 // backward with its gradient-scale update, an SGD step) captured in a CUDA graph and replayed
 // gives bit-identical weights and scaling states to the same steps run eagerly: nothing in the
-// step synchronises the host, allocates outside stream order, or reads state back.
+// step synchronises the host, allocates outside stream order, or reads state back. Also when the
+// context is switched to the capturing stream inside the capture, with blocks of its previous
+// stream cached (PyTorch's torch.cuda.graph does that).
 #include "backends/backend.h"  // TE_HAVE_CUDA_BACKEND
 
 #if TE_HAVE_CUDA_BACKEND
@@ -104,42 +106,77 @@ struct Trainer {
   }
 };
 
-TEST_F(GpuTest, CudaGraphTrainingStepReplaysBitIdentically) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x0(kTokens * kIn), w0(kOut * kIn), dy0(kTokens * kOut);
-  for (float &v : x0) v = dist(rng);
-  for (float &v : w0) v = 0.1f * dist(rng);
-  for (float &v : dy0) v = 0.01f * dist(rng);
+// The model's initial weights and the step's input and gradient.
+struct StepData {
+  std::vector<float> x0, w0, dy0;
+  StepData() : x0(kTokens * kIn), w0(kOut * kIn), dy0(kTokens * kOut) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float &v : x0) v = dist(rng);
+    for (float &v : w0) v = 0.1f * dist(rng);
+    for (float &v : dy0) v = 0.01f * dist(rng);
+  }
+};
 
-  cudaStream_t s1, s2;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
-  std::vector<float> eager_state, graph_state;
-  {
-    Trainer eager(s1, x0, w0, dy0);
-    for (int i = 0; i < 10; ++i) eager.step();
-    eager_state = eager.snapshot();
-  }
-  {
-    Trainer graphed(s2, x0, w0, dy0);
-    graphed.step();  // first use: scaling states, plans and caches are made outside the graph
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal), cudaSuccess);
-    graphed.step();
-    ASSERT_EQ(cudaStreamEndCapture(s2, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 9; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s2), cudaSuccess);
-    graph_state = graphed.snapshot();
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-  }
+// 10 eager steps on `stream`: the weights and scaling states after them.
+std::vector<float> eager_state(cudaStream_t stream, const StepData &d) {
+  Trainer eager(stream, d.x0, d.w0, d.dy0);
+  for (int i = 0; i < 10; ++i) eager.step();
+  return eager.snapshot();
+}
+
+// One eager step on `warm` (first use: scaling states, plans and caches are made outside the
+// graph), then a step captured on `capture` with the context switched to it inside the capture
+// when the two differ (what torch.cuda.graph does), replayed 9 times; the state after them.
+std::vector<float> graphed_state(cudaStream_t warm, cudaStream_t capture, const StepData &d) {
+  Trainer graphed(warm, d.x0, d.w0, d.dy0);
+  graphed.step();
+  EXPECT_EQ(cudaStreamSynchronize(warm), cudaSuccess);
+  cudaGraph_t graph;
+  EXPECT_EQ(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal), cudaSuccess);
+  // Blocks freed on `warm` are cached for it: freeing them now, on any stream, would
+  // invalidate the capture (the context defers that to its next stream that is not capturing).
+  graphed.ctx.backend().set_stream(capture);
+  graphed.step();
+  const cudaError_t ended = cudaStreamEndCapture(capture, &graph);
+  EXPECT_EQ(ended, cudaSuccess) << "the capture was invalidated: " << cudaGetErrorString(ended);
+  if (ended != cudaSuccess) return {};
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(cudaGraphLaunch(exec, capture), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(capture), cudaSuccess);
+  graphed.ctx.backend().set_stream(warm);  // back: the deferred blocks go to the pool now
+  std::vector<float> state = graphed.snapshot();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return state;
+}
+
+void expect_same_training(const std::vector<float> &graph_state, const std::vector<float> &eager_state,
+                          const StepData &d) {
   ASSERT_EQ(graph_state.size(), eager_state.size());
   EXPECT_EQ(std::memcmp(graph_state.data(), eager_state.data(), graph_state.size() * sizeof(float)), 0)
       << "a captured step replayed 9 times differs from 10 eager steps";
   // The steps really trained: the weights moved.
-  EXPECT_NE(std::memcmp(eager_state.data(), w0.data(), w0.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(eager_state.data(), d.w0.data(), d.w0.size() * sizeof(float)), 0);
+}
+
+TEST_F(GpuTest, CudaGraphTrainingStepReplaysBitIdentically) {
+  const StepData d;
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  expect_same_training(graphed_state(s2, s2, d), eager_state(s1, d), d);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
+TEST_F(GpuTest, CudaGraphCapturesAfterAStreamSwitchInsideTheCapture) {
+  const StepData d;
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  expect_same_training(graphed_state(s1, s2, d), eager_state(s1, d), d);
   cudaStreamDestroy(s1);
   cudaStreamDestroy(s2);
 }

@@ -83,13 +83,33 @@ bool CudaBackend::capturing() const {
 void CudaBackend::drain_cache() {
   if (cache_.cached_bytes() == 0) return;
   DeviceGuard g(device_);
-  cache_.drain([this](void *p) { cudaFreeAsync(p, stream_); });
+  // Back to the pool on the stream the blocks were freed on: ordered after that stream's work.
+  const cudaStream_t s = cache_stream_;
+  bool waited = false;
+  cache_.drain([&](void *p) {
+    if (cudaFreeAsync(p, s) == cudaSuccess) return;
+    // The stream is gone (destroyed since its blocks were cached): wait for all work, then free.
+    cudaGetLastError();
+    if (!waited) cudaDeviceSynchronize(), waited = true;
+    cudaFree(p);
+  });
+}
+
+void CudaBackend::follow_stream_in_cache() {
+  if (cache_stream_ == stream_) return;
+  // Freeing a block, on any stream, while this thread captures invalidates the capture (torch's
+  // torch.cuda.graph switches libte to its capture stream mid-step): blocks cached from another
+  // stream wait, unused (capture bypasses the cache), for a call on a stream that is not capturing.
+  if (cache_.cached_bytes() != 0) {
+    if (capturing()) return;
+    drain_cache();
+  }
+  cache_stream_ = stream_;
 }
 
 void CudaBackend::set_stream(void *stream) {
-  // Blocks freed while work ran on the old stream are ordered after that work only there.
-  if (static_cast<cudaStream_t>(stream) != stream_) drain_cache();
   stream_ = static_cast<cudaStream_t>(stream);
+  follow_stream_in_cache();
 }
 
 void CudaBackend::synchronize() {
@@ -100,6 +120,7 @@ void CudaBackend::synchronize() {
 void *CudaBackend::alloc(size_t bytes) {
   const bool capture = capturing();
   if (!capture) {
+    follow_stream_in_cache();
     if (void *p = cache_.take(bytes)) return p;
   }
   DeviceGuard g(device_);
@@ -125,7 +146,10 @@ void CudaBackend::free(void *ptr, size_t bytes) {
   const bool from_capture = !captured_.empty() && captured_.erase(ptr) != 0;
   // A block of a captured graph goes back to the driver; so does any block freed during capture
   // (the free becomes part of the graph, as cudaFreeAsync is stream-ordered there too).
-  if (!from_capture && !capturing() && cache_.put(ptr, bytes)) return;
+  if (!from_capture && !capturing()) {
+    follow_stream_in_cache();
+    if (cache_.put(ptr, bytes)) return;
+  }
   DeviceGuard g(device_);
   // Stream-ordered: the block is reused only by work enqueued after this point.
   cudaFreeAsync(ptr, stream_);

@@ -95,7 +95,9 @@ class CudaBackend final : public Backend {
     bool capturing = false;
   };
   mutable CaptureKnown capture_known_;
-  void drain_cache();                        // every cached block back to the pool, on stream_
+  cudaStream_t cache_stream_ = nullptr;      // the stream the cached blocks were freed on
+  void drain_cache();                        // every cached block back to the pool, on cache_stream_
+  void follow_stream_in_cache();             // the cache made stream_'s (deferred while capturing)
   // Attention (attention_dispatch.cpp): cuDNN's fused SDPA where it applies, else libte's
   // kernels; TE_ATTENTION_IMPL=kernel|cudnn|auto (default auto) chooses, read once.
   enum class AttentionImpl { Auto, Kernel, Cudnn };
