@@ -161,24 +161,29 @@ void expect_same_training(const std::vector<float> &graph_state, const std::vect
   EXPECT_NE(std::memcmp(eager_state.data(), d.w0.data(), d.w0.size() * sizeof(float)), 0);
 }
 
+// Two non-blocking streams for one test.
+struct TwoStreams {
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  TwoStreams() {
+    EXPECT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ~TwoStreams() {
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+  }
+};
+
 TEST_F(GpuTest, CudaGraphTrainingStepReplaysBitIdentically) {
   const StepData d;
-  cudaStream_t s1, s2;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
-  expect_same_training(graphed_state(s2, s2, d), eager_state(s1, d), d);
-  cudaStreamDestroy(s1);
-  cudaStreamDestroy(s2);
+  const TwoStreams s;
+  expect_same_training(graphed_state(s.s2, s.s2, d), eager_state(s.s1, d), d);
 }
 
 TEST_F(GpuTest, CudaGraphCapturesAfterAStreamSwitchInsideTheCapture) {
   const StepData d;
-  cudaStream_t s1, s2;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
-  expect_same_training(graphed_state(s1, s2, d), eager_state(s1, d), d);
-  cudaStreamDestroy(s1);
-  cudaStreamDestroy(s2);
+  const TwoStreams s;
+  expect_same_training(graphed_state(s.s1, s.s2, d), eager_state(s.s1, d), d);
 }
 
 }  // namespace
