@@ -33,8 +33,7 @@ inline ActivationTile activation_tile(const ActivationSource &src, int64_t cols)
   return t;
 }
 
-// Element (r, c) of an activation-sourced x, as activation_forward / activation_backward store
-// it (rounded to T); pre and grad are addressed per ActivationSource's layout.
+// v rounded to T, as activation_forward / activation_backward store their results.
 template <DType T>
 __device__ __forceinline__ float round_to(float v) {
   if constexpr (T == DType::BF16) return bf16_bits_to_float(float_to_bf16_bits(v));
@@ -42,8 +41,10 @@ __device__ __forceinline__ float round_to(float v) {
   else return v;
 }
 
-// From the sources' values at one element: forward a (and b, gated); backward also g, and
-// `second` (gated: the element lies in x's b half).
+// One element of an activation-sourced x from the sources' values there: forward a (and b,
+// gated); backward also g, and `second` (gated: the element lies in x's b half). The ragged-tile
+// path, whose units may straddle the halves; full tiles take activation_unit (the same formulas,
+// chosen once per unit), and the GPU test checks both against the unfused kernels bit for bit.
 template <DType T>
 __device__ __forceinline__ float activation_element(const ActivationTile &at, float a, float b, float g, bool second) {
   using namespace act_math;
