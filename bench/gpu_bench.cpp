@@ -9,6 +9,7 @@
 //                   (HYBRID: E4M3 forward, E5M2 gradients), block (E4M3, 1x128 / 128x128 blocks),
 //                   and "bf16" (autocast disabled)
 //   host_forward    host time per te_linear_forward call inside an unsynchronised training loop
+// Options: --quick (fewer shapes), --cast (the casts alone).
 // bench/python/compare_torch.py runs this program and PyTorch's peers in one run and prints one
 // table. Inputs are random (never zeros). Times: wall clock around many iterations between two
 // te_context_synchronize calls, after warm-up.
@@ -339,24 +340,8 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
   te_linear_destroy(lin);
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
-  te_context_options o;
-  CHECK(te_context_options_init(&o));
-  o.use_default_device = 0;
-  o.device.type = TE_DEVICE_CUDA;
-  te_context *ctx = nullptr;
-  te_status s = te_context_create(&ctx, &o);
-  if (s != TE_SUCCESS) {
-    std::printf("{\"skipped\": \"%s\"}\n", te_last_error());
-    return 0;
-  }
-  te_device dev;
-  CHECK(te_context_get_device(ctx, &dev));
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  bench_cast(ctx, dev, 16384, 4096);
-  if (!quick) bench_cast(ctx, dev, 16384, 14336);
+// Everything after the casts (`--cast` skips it).
+void bench_norms_gemms_linears(te_context *ctx, const te_device &dev, bool quick) {
   bench_norm_cast(ctx, dev, 16384, 4096, TE_NORM_LAYERNORM);
   bench_norm_cast(ctx, dev, 16384, 4096, TE_NORM_RMSNORM);
   if (!quick) {
@@ -383,6 +368,28 @@ int main(int argc, char **argv) {
     bench_linear(ctx, dev, 16384, 4096, 14336, recipe, std::strcmp(recipe, "delayed") == 0);
     if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096, recipe, std::strcmp(recipe, "delayed") == 0);
   }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  te_context_options o;
+  CHECK(te_context_options_init(&o));
+  o.use_default_device = 0;
+  o.device.type = TE_DEVICE_CUDA;
+  te_context *ctx = nullptr;
+  te_status s = te_context_create(&ctx, &o);
+  if (s != TE_SUCCESS) {
+    std::printf("{\"skipped\": \"%s\"}\n", te_last_error());
+    return 0;
+  }
+  te_device dev;
+  CHECK(te_context_get_device(ctx, &dev));
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool cast_only = argc > 1 && std::strcmp(argv[1], "--cast") == 0;
+  bench_cast(ctx, dev, 16384, 4096);
+  if (!quick) bench_cast(ctx, dev, 16384, 14336);
+  if (!cast_only) bench_norms_gemms_linears(ctx, dev, quick);
   te_context_destroy(ctx);
   std::printf("{\n%s\n}\n", json_out.c_str());
   return 0;

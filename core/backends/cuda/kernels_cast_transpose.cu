@@ -60,13 +60,20 @@ __device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &
   return it;
 }
 
+// Blocks per SM the register budget must allow. A block has its whole tile's loads in flight
+// only until it starts casting, so the memory stays busy only with several blocks per SM: left
+// free, the compiler took 107 registers for the BF16 cast (two blocks per SM), and the H200
+// reached 0.85x of a device copy; at three blocks (71 registers, no spill) it reaches 0.91x,
+// and four gain nothing more. A bias gradient (16 column sums) or an activation's math need more
+// registers: two blocks.
+template <bool Dbias, bool Act>
+constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
+
 // Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
 // without one keep their registers).
 // Act: the launch has an item with an activation source (a flag for the same reason).
-// (Its activation math needs registers: at most half the SM's per block, so that two blocks keep
-// the memory busy.)
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, bool Act>
-__global__ void __launch_bounds__(kTileThreads, Act ? 2 : 1) cast_transpose_kernel(const CastTransposeParams p) {
+__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, Act>) cast_transpose_kernel(const CastTransposeParams p) {
   __shared__ alignas(16) uint8_t smem_t[OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
   __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias
