@@ -43,6 +43,11 @@ QuantizeItem::Kind quantize_kind(const Recipe &r) {
   return QuantizeItem::Kind::Block;
 }
 
+bool activation_in_cast(const Backend &be, const Recipe &recipe, const Group *group) {
+  if (recipe.kind() == RecipeKind::Current && group && recipe.options().reduce_amax) return false;
+  return be.fuses_activation_cast(quantize_kind(recipe));
+}
+
 void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
                    ScratchPlan *plan) {
   const TensorView *row = out.row.data ? &out.row : nullptr;

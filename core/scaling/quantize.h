@@ -40,6 +40,10 @@ struct QuantizeRequest {
 
 // The backend's kind of quantization for a recipe (Backend::fuses_activation_cast asks by it).
 QuantizeItem::Kind quantize_kind(const Recipe &recipe);
+// Whether a module should hand `be` an activation's output to quantize as an ActivationSource (the
+// activation made inside the cast, never stored): where the backend fuses the recipe's kind, and
+// not under a current scaling whose amax is all-reduced over `group` (that cast runs alone).
+bool activation_in_cast(const Backend &be, const Recipe &recipe, const Group *group);
 
 // x: high precision [rows, cols]; out allocated by QuantizedMatrix::allocate.
 void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, QuantizedMatrix &out);

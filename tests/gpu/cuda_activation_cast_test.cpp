@@ -1,9 +1,9 @@
 // Casts whose input is an activation's output or gradient (QuantizeItem::source): CUDA computes
-// the activation inside the delayed-scaling cast and the block quantization. Its codes, scale_inv
-// and amax must be the bytes
-// of the activation made into a buffer and cast after it (Backend's default, run on the same
-// GPU: bit for bit for every activation), and of the CPU reference where the activation itself is
-// bit-identical across backends (ReLU, SReLU). The bias gradient taken in the same pass is summed
+// the activation inside the delayed-scaling cast, the block quantization, and current scaling's
+// amax pass and cast. Its codes, scale_inv, amax and scale must be the bytes of the activation
+// made into a buffer and cast after it (Backend's default, run on the same GPU: bit for bit for
+// every activation), and of the CPU reference where the activation itself is bit-identical across
+// backends (ReLU, SReLU). The bias gradient taken in the same pass is summed
 // in another order than bias_grad: within fp32 rounding.
 #include <cmath>
 #include <random>
@@ -20,12 +20,13 @@ constexpr Device kCpu{DeviceType::CPU, 0};
 constexpr Device kGpu{DeviceType::CUDA, 0};
 
 struct SourceCase {
-  QuantizeItem::Kind kind;  // Delayed or Block (1x128 both ways)
+  QuantizeItem::Kind kind;  // Delayed, Current or Block (1x128 both ways)
   Activation act;
   bool backward;
   DType dtype;
   int64_t rows, cols;  // x's shape
   bool dbias = false;
+  bool nans = true;  // NaNs among the inputs (current scaling: a NaN amax makes every code NaN)
   ScalingMode mode() const { return kind == QuantizeItem::Kind::Block ? ScalingMode::Block1x128 : ScalingMode::PerTensor; }
 };
 
@@ -40,13 +41,13 @@ const char *act_name(Activation a) {
   return "?";
 }
 
-std::vector<uint8_t> random_bytes(size_t n, DType t, uint32_t seed) {
+std::vector<uint8_t> random_bytes(size_t n, DType t, uint32_t seed, bool nans) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<uint8_t> b(n * dtype_size(t));
   for (size_t i = 0; i < n; ++i) {
     float v = normal(rng);
-    if (i % 97 == 5) v = NAN;  // a NaN propagates to a NaN code and a NaN amax
+    if (nans && i % 97 == 5) v = NAN;  // a NaN propagates to a NaN code and a NaN amax
     if (i % 89 == 7) v = -0.0f;
     store_from_float(b.data(), t, static_cast<int64_t>(i), v);
   }
@@ -62,7 +63,8 @@ struct Side {
         out_t(be, size_t(c.rows * c.cols)),
         sinv(be, sizeof(float) * size_t(scale_inv_count(c.mode(), c.rows, c.cols))),
         sinv_t(be, sizeof(float) * size_t(scale_inv_count(c.mode(), c.cols, c.rows))),
-        state(be, std::vector<float>{0.25f, 6.0f, -1.0f}),  // amax to accumulate into, scale, scale copy
+        // Delayed: amax to accumulate into, scale, scale copy; current: amax, scale, scale_inv out.
+        state(be, std::vector<float>{0.25f, 6.0f, -1.0f}),
         db(be, size_t(c.cols) * dtype_size(c.dtype)) {}
   DeviceBuffer pre, grad, out, out_t, sinv, sinv_t, state, db;
 };
@@ -88,9 +90,16 @@ void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
   if (c.backward) q.source.grad = make_view(s.grad.get(), c.dtype, dev, c.rows, grad_cols);
   q.out = &out;
   q.out_t = &out_t;
-  q.scale = s.state.floats() + 1;
-  q.amax_accum = s.state.floats();
-  q.scale_copy = s.state.floats() + 2;
+  if (c.kind == QuantizeItem::Kind::Current) {
+    q.amax_out = s.state.floats();
+    q.scale_out = s.state.floats() + 1;
+    q.scale_inv_out = s.state.floats() + 2;
+    q.fp8_max = 448.0f;
+  } else {
+    q.scale = s.state.floats() + 1;
+    q.amax_accum = s.state.floats();
+    q.scale_copy = s.state.floats() + 2;
+  }
   if (c.dbias) {
     q.dbias = make_view(s.db.get(), c.dtype, dev, c.cols, 1);
     q.dbias.ndim = 1;
@@ -99,7 +108,9 @@ void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
 }
 
 std::string describe(const SourceCase &c) {
-  return std::string(c.kind == QuantizeItem::Kind::Block ? "block " : "delayed ") + act_name(c.act) +
+  using K = QuantizeItem::Kind;
+  const char *kind = c.kind == K::Block ? "block " : c.kind == K::Current ? "current " : "delayed ";
+  return std::string(kind) + act_name(c.act) +
          (c.backward ? " backward " : " forward ") + dtype_name(c.dtype) + " " +
          std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.dbias ? " +dbias" : "");
 }
@@ -117,17 +128,24 @@ class CudaActivationCast : public GpuTest {};
 TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
   using K = QuantizeItem::Kind;
   ASSERT_TRUE(gpu->fuses_activation_cast(K::Delayed));
+  ASSERT_TRUE(gpu->fuses_activation_cast(K::Current));
   ASSERT_TRUE(gpu->fuses_activation_cast(K::Block));
   std::vector<SourceCase> cases;
   const Activation acts[] = {Activation::ReLU, Activation::GELU, Activation::SwiGLU, Activation::GeGLU,
                              Activation::SReLU};
-  for (K kind : {K::Delayed, K::Block})
+  for (K kind : {K::Delayed, K::Current, K::Block})
     for (Activation a : acts)
       for (bool bwd : {false, true}) {
-        cases.push_back({kind, a, bwd, DType::BF16, 256, 384, bwd});  // full tiles, vector loads
-        cases.push_back({kind, a, bwd, DType::BF16, 131, 200, bwd});  // ragged tiles; gated halves of 100
-        cases.push_back({kind, a, bwd, DType::F32, 128, 160});        // halves of 80 (not a multiple of 128)
-        cases.push_back({kind, a, bwd, DType::F16, 32, 64, bwd});     // one row of tiles: dbias written directly
+        const bool nans = kind != K::Current;
+        cases.push_back({kind, a, bwd, DType::BF16, 256, 384, bwd, nans});  // full tiles, vector loads
+        cases.push_back({kind, a, bwd, DType::BF16, 131, 200, bwd, nans});  // ragged tiles; gated halves of 100
+        cases.push_back({kind, a, bwd, DType::F32, 128, 160, false, nans});  // halves of 80 (not a multiple of 128)
+        cases.push_back({kind, a, bwd, DType::F16, 32, 64, bwd, nans});     // one row of tiles: dbias written directly
+        if (kind == K::Current) {
+          // More tiles than amax blocks (each block takes several), and a NaN amax.
+          cases.push_back({kind, a, bwd, DType::BF16, 2304, 2048, false, false});
+          cases.push_back({kind, a, bwd, DType::BF16, 256, 384, false, true});
+        }
       }
   uint32_t seed = 11;
   for (const SourceCase &c : cases) {
@@ -135,8 +153,8 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
     const bool gated = is_gated(c.act);
     const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
     const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
-    const std::vector<uint8_t> pre = random_bytes(size_t(c.rows * pre_cols), c.dtype, seed++);
-    const std::vector<uint8_t> grad = random_bytes(size_t(c.rows * grad_cols), c.dtype, seed++);
+    const std::vector<uint8_t> pre = random_bytes(size_t(c.rows * pre_cols), c.dtype, seed++, c.nans);
+    const std::vector<uint8_t> grad = random_bytes(size_t(c.rows * grad_cols), c.dtype, seed++, c.nans);
     Side fused(*gpu, c, pre, grad), made(*gpu, c, pre, grad), ref(*cpu, c, pre, grad);
     run_case(kGpu, c, fused, [&](const QuantizeItem *q) { gpu->quantize_many(q, 1); });
     run_case(kGpu, c, made, [&](const QuantizeItem *q) { gpu->Backend::quantize_many(q, 1); });

@@ -44,12 +44,10 @@ class CudaBackend final : public Backend {
                       TensorView *out_t) override;
   void dequantize(const TensorView &x, const TensorView &out) override;
   void quantize_many(const QuantizeItem *items, int n) override;
-  // Delayed and block scaling take an activation source in the pass that casts (the scale is
-  // known before the pass, or comes from the tile the pass holds); current scaling, whose scale
-  // needs the whole tensor's amax first, makes it into scratch (Backend's default).
-  bool fuses_activation_cast(QuantizeItem::Kind kind) const override {
-    return kind == QuantizeItem::Kind::Delayed || kind == QuantizeItem::Kind::Block;
-  }
+  // Every kind takes an activation source in the pass that casts: delayed scaling's scale is known
+  // before it, block scaling's comes from the tile the pass holds, and current scaling's from an
+  // amax pass that computes the activation too (activation_amax_partials).
+  bool fuses_activation_cast(QuantizeItem::Kind) const override { return true; }
 
   void gemm(const GemmArgs &args) override;
   void gemm_many(const GemmArgs *args, int n) override;

@@ -46,8 +46,9 @@ struct CastItem {
   // gradient itself, dbias_dtype; else F32 partials [ceil(rows / 128)][cols] for sum_bias_partials.
   void *dbias = nullptr;
   DType dbias_dtype = DType::F32;
-  // Optional (delayed scaling, scale set): x is this activation's output or gradient, computed
-  // in the cast (backend.h); x.data may then be null.
+  // Optional: x is this activation's output or gradient, computed in the cast (backend.h); x.data
+  // may then be null. Delayed scaling (scale set), or current scaling with partials from
+  // activation_amax_partials.
   ActivationSource source;
 };
 // 1..kMaxCastItems items of one input dtype and one pair of output formats, one launch.
@@ -68,6 +69,10 @@ void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t str
 // For 1..kMaxCastItems tensors of one dtype, one launch: the bits of max |x| over each of a
 // tensor's blocks go to partials[i * kAmaxPartialBlocks + b]; npartials[i] receives b's count.
 void amax_partials(const TensorView *xs, int n, uint32_t *partials, int *npartials, cudaStream_t stream);
+// amax_partials for tensors that are activation outputs or gradients (sources[i], all active; xs[i]
+// gives the shape and dtype): of x as cast_transpose_many computes it from the same source.
+void activation_amax_partials(const TensorView *xs, const ActivationSource *sources, int n, uint32_t *partials,
+                              int *npartials, cudaStream_t stream);
 void dequantize(const TensorView &x, const TensorView &out, cudaStream_t stream);
 
 void activation_forward(Activation act, const TensorView &x, const TensorView &y, cudaStream_t stream);

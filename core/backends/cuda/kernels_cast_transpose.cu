@@ -243,8 +243,9 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
     q.dbias = c.dbias, q.dbias_dtype = c.dbias_dtype;
     q.out_fmt = fmt_of(c.out), q.out_t_fmt = fmt_of(c.out_t);
     q.act = activation_tile(c.source, q.cols);
-    if (q.act.active && c.scale == nullptr)
-      fail(Status::Internal, "cast_transpose_many: an activation source needs a given (delayed) scale");
+    // An activation-sourced x cannot take its own amax (the small-tensor path reads x).
+    if (q.act.active && c.scale == nullptr && c.partials == nullptr)
+      fail(Status::Internal, "cast_transpose_many: an activation source needs a scale or amax partials");
     const int64_t tiles = q.tiles_c * ((q.rows + kTile - 1) / kTile);
     // At least one block: it writes scale_inv (and folds amax 0) for an empty tensor too.
     q.first_block = grid;

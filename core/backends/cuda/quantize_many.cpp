@@ -55,13 +55,24 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
   auto flush = [&] {
     if (m == 0) return;
     if (first->kind == QuantizeItem::Kind::Current) {
-      // Small tensors take their amax inside the cast; the others' comes from one amax pass.
-      TensorView big[kMaxCastItems];
-      int owner[kMaxCastItems], nb = 0;
-      for (int i = 0; i < m; ++i)
-        if (xs[i].numel() > kSelfAmaxElements) big[nb] = xs[i], owner[nb++] = i;
+      // Small tensors take their amax inside the cast; the others' comes from one amax pass, and
+      // activation-sourced ones' (any size: the cast cannot read x) from one pass that computes
+      // the activation. Pass slots: the plain tensors', then the sourced ones'.
+      TensorView big[kMaxCastItems], made[kMaxCastItems];
+      ActivationSource sources[kMaxCastItems];
+      int owner[kMaxCastItems], nb = 0, nm = 0;
+      for (int i = 0; i < m; ++i) {
+        if (group[i].source.active()) made[nm] = xs[i], sources[nm++] = group[i].source;
+        else if (xs[i].numel() > kSelfAmaxElements) big[nb] = xs[i], owner[nb++] = i;
+      }
+      for (int i = 0, k = nb; i < m; ++i)
+        if (group[i].source.active()) owner[k++] = i;
       if (nb) amax_partials(big, nb, amax_partials_, npartials, stream_);
-      for (int j = 0; j < nb; ++j) {
+      if (nm) {
+        const size_t slot = static_cast<size_t>(nb) * kAmaxPartialBlocks;
+        activation_amax_partials(made, sources, nm, amax_partials_ + slot, npartials + nb, stream_);
+      }
+      for (int j = 0; j < nb + nm; ++j) {
         group[owner[j]].partials = amax_partials_ + static_cast<size_t>(j) * kAmaxPartialBlocks;
         group[owner[j]].npartials = npartials[j];
       }

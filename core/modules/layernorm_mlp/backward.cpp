@@ -60,7 +60,7 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
   // stored.
   const bool fc1_quantizes = through_norm || g.dfc1_w.data;
   const bool act_in_cast = through_fc1 && fc1_quantizes && s.fc1.fp8 && s.recipe.get() &&
-                           be.fuses_activation_cast(quantize_kind(*s.recipe.get()));
+                           activation_in_cast(be, *s.recipe.get(), s.group.get());
 
   Buffer d_act, d_fc1, d_ln;
   if (through_fc1) {

@@ -49,10 +49,11 @@ LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, 
   LayerNormMlpSaved *saved = pools.saved.acquire(ctx);
   try {
     const bool fused = mode.fp8 && mode.delayed();
-    // FP8 on a backend that fuses the recipe's cast with it (CUDA: delayed and block scaling): the
-    // activation is made inside fc2's cast of its input and never stored (one pass over fc1's
-    // output instead of a write and a read back).
-    const bool act_in_cast = mode.fp8 && be.fuses_activation_cast(quantize_kind(*mode.recipe));
+    // FP8 on a backend that fuses the recipe's cast with it (CUDA: every recipe, current scaling
+    // outside a group-reduced amax): the activation is made inside fc2's cast of its input and
+    // never stored (one pass over fc1's output, two under current scaling, instead of a write and
+    // reads back).
+    const bool act_in_cast = mode.fp8 && activation_in_cast(be, *mode.recipe, mode.group);
     // fc1's output is the activation's residual; the activation's output is fc2's input (its
     // residual too outside FP8, where fc2 keeps it in high precision).
     Buffer fc1_out(&be, static_cast<size_t>(tokens * o.fc1_out()) * dtype_size(dt));

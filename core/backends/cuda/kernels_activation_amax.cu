@@ -1,0 +1,83 @@
+// Current scaling's amax pass for tensors that are an activation's output or gradient
+// (ActivationSource): the per-block maxima of |x| that cast_transpose_many derives the scale
+// from, as amax_partials writes them, with x computed tile by tile exactly as the cast that
+// follows computes it (activation_tile.cuh). x is never stored: the activation is read twice
+// (here and in the cast) instead of written once and read twice.
+#include <algorithm>
+
+#include "backends/cuda/activation_tile.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "base/check.h"
+
+namespace te::cuda {
+
+namespace {
+
+struct ActivationAmaxItem {
+  ActivationTile act;
+  int64_t rows, cols, tiles_c, tiles;
+  uint32_t *partials;
+  unsigned first_block, blocks;  // the item's blocks in the grid; block b takes tiles b, b + blocks, ..
+};
+
+struct ActivationAmaxParams {
+  ActivationAmaxItem item[kMaxCastItems];
+  int n;
+};
+
+// Two blocks per SM, as the cast with an activation (the activation's math takes the registers).
+template <DType T>
+__global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const ActivationAmaxParams p) {
+  __shared__ uint32_t scratch[32];
+  // The block's item, selected with constant indices (see cast_transpose_kernel).
+  ActivationAmaxItem it = p.item[0];
+#pragma unroll
+  for (int i = 1; i < kMaxCastItems; ++i)
+    if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
+  const unsigned b = blockIdx.x - it.first_block;
+  uint32_t m = 0;
+#pragma unroll 1
+  for (int64_t t = b; t < it.tiles; t += it.blocks) {
+    const TileCoords tc = tile_coords(it.tiles_c, t);
+    // Zeros outside x never change the amax.
+    for_tile_activation_rows<T>(it.act, it.rows, it.cols, tc, tile_is_full(tc, it.rows, it.cols, true),
+                                [&](int, const float (&f)[kUnit]) { m = max(m, row_abs_max(f)); });
+  }
+  m = block_max_u32(m, scratch);
+  if (threadIdx.x == 0) it.partials[b] = m;
+}
+
+}  // namespace
+
+void activation_amax_partials(const TensorView *xs, const ActivationSource *sources, int n, uint32_t *partials,
+                              int *npartials, cudaStream_t stream) {
+  if (n < 1 || n > kMaxCastItems)
+    fail(Status::Internal, "activation_amax_partials: %d tensors (1..%d)", n, kMaxCastItems);
+  ActivationAmaxParams p{};
+  p.n = n;
+  unsigned grid = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!sources[i].active()) fail(Status::Internal, "activation_amax_partials: tensor %d has no source", i);
+    ActivationAmaxItem &q = p.item[i];
+    q.rows = xs[i].numel() == 0 ? 0 : xs[i].rows();
+    q.cols = xs[i].numel() == 0 ? 0 : xs[i].cols();
+    q.act = activation_tile(sources[i], q.cols);
+    q.tiles_c = q.cols == 0 ? 1 : (q.cols + kTile - 1) / kTile;
+    q.tiles = q.rows == 0 ? 0 : q.tiles_c * ((q.rows + kTile - 1) / kTile);
+    q.partials = partials + static_cast<size_t>(i) * kAmaxPartialBlocks;
+    // At least one block: it writes the partial (0) of an empty tensor.
+    q.blocks = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(q.tiles, 1), kAmaxPartialBlocks));
+    q.first_block = grid;
+    grid += q.blocks;
+    npartials[i] = static_cast<int>(q.blocks);
+  }
+  switch (xs[0].dtype) {
+    case DType::F32: activation_amax_kernel<DType::F32><<<grid, kTileThreads, 0, stream>>>(p); break;
+    case DType::F16: activation_amax_kernel<DType::F16><<<grid, kTileThreads, 0, stream>>>(p); break;
+    default: activation_amax_kernel<DType::BF16><<<grid, kTileThreads, 0, stream>>>(p); break;
+  }
+  TE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace te::cuda
