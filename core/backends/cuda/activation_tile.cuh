@@ -90,22 +90,6 @@ __device__ __forceinline__ void activation_unit(const ActivationTile &at, bool s
   }
 }
 
-// The 16-byte vectors of 16 consecutive elements p[i .. i+15] (16-byte aligned).
-template <DType T>
-struct UnitVecs {
-  static constexpr int kVecs = kUnit * sizeof(typename InType<T>::Storage) / 16;
-  uint4 v[kVecs];
-  __device__ __forceinline__ void load(const void *p, int64_t i) {
-    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const typename InType<T>::Storage *>(p) + i);
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) v[k] = __ldg(src + k);
-  }
-  __device__ __forceinline__ void unpack(float (&f)[kUnit]) const {
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) unpack16<T>(v[k], &f[k * InType<T>::kPerVec]);
-  }
-};
-
 // for_tile_rows for an activation-sourced x: row_fn(i, f) for the thread's 4 rows, zeros outside
 // x. Forward: pre is [rows, cols] or, gated, [rows, 2 cols]; backward: pre is [rows, cols] and grad
 // [rows, cols] or, gated, [rows, cols / 2] (x = [d a | d b]).

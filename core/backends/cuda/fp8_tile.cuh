@@ -37,6 +37,24 @@ __device__ __forceinline__ TileCoords tile_coords(int64_t tiles_c, int64_t bid =
   return tc;
 }
 
+// The 16-byte vectors of one unit, 16 consecutive elements p[i .. i+15] (16-byte aligned): the
+// loads are issued by load() and used by unpack(), so that callers put several units' loads in
+// flight before the first use.
+template <DType T>
+struct UnitVecs {
+  static constexpr int kVecs = kUnit * sizeof(typename InType<T>::Storage) / 16;
+  uint4 v[kVecs];
+  __device__ __forceinline__ void load(const void *p, int64_t i) {
+    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const typename InType<T>::Storage *>(p) + i);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) v[k] = __ldg(src + k);
+  }
+  __device__ __forceinline__ void unpack(float *f) const {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) unpack16<T>(v[k], &f[k * InType<T>::kPerVec]);
+  }
+};
+
 // Calls row_fn(i, f) for each of the thread's 4 rows, f = its 16 elements as floats.
 // full: the whole tile is in bounds and every vector is 16-byte aligned (checked by the launcher
 // and the tile position): all 16-byte loads are issued before the first use. Otherwise element
@@ -44,23 +62,16 @@ __device__ __forceinline__ TileCoords tile_coords(int64_t tiles_c, int64_t bid =
 template <DType T, class RowFn>
 __device__ __forceinline__ void for_tile_rows(const void *x, int64_t rows, int64_t cols, const TileCoords &tc,
                                               bool full, RowFn &&row_fn) {
-  using S = typename InType<T>::Storage;
-  constexpr int kVecs = kUnit * sizeof(S) / 16;  // 16-byte vectors per row unit
   const int64_t r = tc.r0 + kRowsPerThread * tc.g;
   const int64_t c = tc.c0 + kUnit * tc.u;
   if (full) {
-    uint4 raw[kRowsPerThread][kVecs];
+    UnitVecs<T> raw[kRowsPerThread];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const uint4 *p = reinterpret_cast<const uint4 *>(static_cast<const S *>(x) + (r + i) * cols + c);
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) raw[i][v] = __ldg(p + v);
-    }
+    for (int i = 0; i < kRowsPerThread; ++i) raw[i].load(x, (r + i) * cols + c);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       float f[kUnit];
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) unpack16<T>(raw[i][v], &f[v * InType<T>::kPerVec]);
+      raw[i].unpack(f);
       row_fn(i, f);
     }
   } else {
@@ -80,22 +91,14 @@ __device__ __forceinline__ void for_tile_rows(const void *x, int64_t rows, int64
 template <DType T>
 __device__ __forceinline__ void load_tile_rows(const void *x, int64_t rows, int64_t cols, const TileCoords &tc,
                                                bool full, float (&f)[kRowsPerThread][kUnit]) {
-  using S = typename InType<T>::Storage;
-  constexpr int kVecs = kUnit * sizeof(S) / 16;
   const int64_t r = tc.r0 + kRowsPerThread * tc.g;
   const int64_t c = tc.c0 + kUnit * tc.u;
   if (full) {
-    uint4 raw[kRowsPerThread][kVecs];
+    UnitVecs<T> raw[kRowsPerThread];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const uint4 *p = reinterpret_cast<const uint4 *>(static_cast<const S *>(x) + (r + i) * cols + c);
+    for (int i = 0; i < kRowsPerThread; ++i) raw[i].load(x, (r + i) * cols + c);
 #pragma unroll
-      for (int v = 0; v < kVecs; ++v) raw[i][v] = __ldg(p + v);
-    }
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-#pragma unroll
-      for (int v = 0; v < kVecs; ++v) unpack16<T>(raw[i][v], &f[i][v * InType<T>::kPerVec]);
+    for (int i = 0; i < kRowsPerThread; ++i) raw[i].unpack(f[i]);
   } else {
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i)
