@@ -27,7 +27,9 @@ struct ActivationAmaxParams {
 };
 
 // Two blocks per SM, as the cast with an activation (the activation's math takes the registers).
-template <DType T>
+// Bwd, Gated: every item's direction and kind of activation, fixed at compile time so that the
+// registers are those of one direction's formulas (run-time flags spilled 200 bytes).
+template <DType T, bool Bwd, bool Gated>
 __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const ActivationAmaxParams p) {
   __shared__ uint32_t scratch[32];
   // The block's item, selected with constant indices (see cast_transpose_kernel).
@@ -35,6 +37,8 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
 #pragma unroll
   for (int i = 1; i < kMaxCastItems; ++i)
     if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
+  it.act.backward = Bwd;
+  it.act.gated = Gated;
   const unsigned b = blockIdx.x - it.first_block;
   uint32_t m = 0;
 #pragma unroll 1
@@ -48,36 +52,52 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
   if (threadIdx.x == 0) it.partials[b] = m;
 }
 
+// The kernel for the items' direction and gating (all alike).
+template <DType T>
+void launch(const ActivationAmaxParams &p, unsigned grid, cudaStream_t stream) {
+  const bool bwd = p.item[0].act.backward, gated = p.item[0].act.gated;
+  if (bwd && gated) activation_amax_kernel<T, true, true><<<grid, kTileThreads, 0, stream>>>(p);
+  else if (bwd) activation_amax_kernel<T, true, false><<<grid, kTileThreads, 0, stream>>>(p);
+  else if (gated) activation_amax_kernel<T, false, true><<<grid, kTileThreads, 0, stream>>>(p);
+  else activation_amax_kernel<T, false, false><<<grid, kTileThreads, 0, stream>>>(p);
+}
+
 }  // namespace
 
 void activation_amax_partials(const TensorView *xs, const ActivationSource *sources, int n, uint32_t *partials,
                               int *npartials, cudaStream_t stream) {
   if (n < 1 || n > kMaxCastItems)
     fail(Status::Internal, "activation_amax_partials: %d tensors (1..%d)", n, kMaxCastItems);
-  ActivationAmaxParams p{};
-  p.n = n;
-  unsigned grid = 0;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n; ++i)
     if (!sources[i].active()) fail(Status::Internal, "activation_amax_partials: tensor %d has no source", i);
-    ActivationAmaxItem &q = p.item[i];
-    q.rows = xs[i].numel() == 0 ? 0 : xs[i].rows();
-    q.cols = xs[i].numel() == 0 ? 0 : xs[i].cols();
-    q.act = activation_tile(sources[i], q.cols);
-    q.tiles_c = q.cols == 0 ? 1 : (q.cols + kTile - 1) / kTile;
-    q.tiles = q.rows == 0 ? 0 : q.tiles_c * ((q.rows + kTile - 1) / kTile);
-    q.partials = partials + static_cast<size_t>(i) * kAmaxPartialBlocks;
-    // At least one block: it writes the partial (0) of an empty tensor.
-    q.blocks = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(q.tiles, 1), kAmaxPartialBlocks));
-    q.first_block = grid;
-    grid += q.blocks;
-    npartials[i] = static_cast<int>(q.blocks);
+  // One launch per (direction, gating) among the tensors: a kernel is compiled for one of them.
+  for (int cls = 0; cls < 4; ++cls) {
+    const bool bwd = cls & 1, gated = cls & 2;
+    ActivationAmaxParams p{};
+    unsigned grid = 0;
+    for (int i = 0; i < n; ++i) {
+      if (sources[i].backward != bwd || is_gated(sources[i].act) != gated) continue;
+      ActivationAmaxItem &q = p.item[p.n++];
+      q.rows = xs[i].numel() == 0 ? 0 : xs[i].rows();
+      q.cols = xs[i].numel() == 0 ? 0 : xs[i].cols();
+      q.act = activation_tile(sources[i], q.cols);
+      q.tiles_c = q.cols == 0 ? 1 : (q.cols + kTile - 1) / kTile;
+      q.tiles = q.rows == 0 ? 0 : q.tiles_c * ((q.rows + kTile - 1) / kTile);
+      q.partials = partials + static_cast<size_t>(i) * kAmaxPartialBlocks;
+      // At least one block: it writes the partial (0) of an empty tensor.
+      q.blocks = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(q.tiles, 1), kAmaxPartialBlocks));
+      q.first_block = grid;
+      grid += q.blocks;
+      npartials[i] = static_cast<int>(q.blocks);
+    }
+    if (p.n == 0) continue;
+    switch (xs[0].dtype) {
+      case DType::F32: launch<DType::F32>(p, grid, stream); break;
+      case DType::F16: launch<DType::F16>(p, grid, stream); break;
+      default: launch<DType::BF16>(p, grid, stream); break;
+    }
+    TE_CUDA_CHECK_LAUNCH();
   }
-  switch (xs[0].dtype) {
-    case DType::F32: activation_amax_kernel<DType::F32><<<grid, kTileThreads, 0, stream>>>(p); break;
-    case DType::F16: activation_amax_kernel<DType::F16><<<grid, kTileThreads, 0, stream>>>(p); break;
-    default: activation_amax_kernel<DType::BF16><<<grid, kTileThreads, 0, stream>>>(p); break;
-  }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda
