@@ -6,6 +6,7 @@
 
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/fp8_tile.cuh"
+#include "backends/cuda/kernels.h"
 
 namespace te::cuda {
 
@@ -31,6 +32,16 @@ inline ActivationTile activation_tile(const ActivationSource &src, int64_t cols)
   const int64_t half = t.gated && src.backward ? cols / 2 : cols;
   t.vec = aligned16(t.pre) && (t.grad == nullptr || aligned16(t.grad)) && half % kUnit == 0;
   return t;
+}
+
+// at with class Cls's flags (kernels.h's activation_class) as compile-time constants (Cls >= 1).
+template <int Cls>
+__device__ __forceinline__ ActivationTile with_class(ActivationTile at) {
+  static_assert(Cls >= 1 && Cls < kActivationClasses, "a class of activation source");
+  at.active = true;
+  at.backward = ((Cls - 1) & 1) != 0;
+  at.gated = ((Cls - 1) & 2) != 0;
+  return at;
 }
 
 // v rounded to T, as activation_forward / activation_backward store their results.

@@ -24,6 +24,15 @@ void block_quantize(Backend &be, const TensorView &x, ScalingMode mode, bool pow
 
 // ---- several tensors per launch (Backend::quantize_many) ----
 constexpr int kMaxCastItems = 4;        // tensors per launch
+
+// The kernels that compute an activation in a cast (ActivationSource) are compiled once per class
+// of source, so that their registers are those of one direction's formulas (with direction and
+// gating read at run time the fused casts spilled 200-350 bytes): 0 no source, else 1 + backward
+// + 2 * gated. One launch holds tensors of one class (quantize_many groups them so).
+constexpr int kActivationClasses = 5;
+inline int activation_class(const ActivationSource &src) {
+  return src.active() ? 1 + (src.backward ? 1 : 0) + (is_gated(src.act) ? 2 : 0) : 0;
+}
 constexpr int kAmaxPartialBlocks = 256;  // at most this many amax partials per tensor
 constexpr int64_t kSelfAmaxElements = 32768;  // current scaling: at most this many, no amax pass
 
@@ -51,7 +60,8 @@ struct CastItem {
   // activation_amax_partials.
   ActivationSource source;
 };
-// 1..kMaxCastItems items of one input dtype and one pair of output formats, one launch.
+// 1..kMaxCastItems items of one input dtype, one pair of output formats and one class of
+// activation source (activation_tile.cuh), one launch.
 void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream);
 // One tensor of block_quantize_many: block_quantize's arguments.
 struct BlockQuantizeItem {
@@ -64,7 +74,7 @@ struct BlockQuantizeItem {
   ActivationSource source;  // as CastItem's (x.data may then be null)
   DType dbias_dtype = DType::F32;
 };
-// 1..kMaxCastItems tensors of one input dtype (any modes), one launch.
+// 1..kMaxCastItems tensors of one input dtype and class of activation source (any modes), one launch.
 void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t stream);
 // For 1..kMaxCastItems tensors of one dtype, one launch: the bits of max |x| over each of a
 // tensor's blocks go to partials[i * kAmaxPartialBlocks + b]; npartials[i] receives b's count.

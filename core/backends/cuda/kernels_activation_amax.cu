@@ -27,9 +27,8 @@ struct ActivationAmaxParams {
 };
 
 // Two blocks per SM, as the cast with an activation (the activation's math takes the registers).
-// Bwd, Gated: every item's direction and kind of activation, fixed at compile time so that the
-// registers are those of one direction's formulas (run-time flags spilled 200 bytes).
-template <DType T, bool Bwd, bool Gated>
+// Cls: every item's class of source (activation_tile.cuh).
+template <DType T, int Cls>
 __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const ActivationAmaxParams p) {
   __shared__ uint32_t scratch[32];
   // The block's item, selected with constant indices (see cast_transpose_kernel).
@@ -37,29 +36,28 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
 #pragma unroll
   for (int i = 1; i < kMaxCastItems; ++i)
     if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
-  it.act.backward = Bwd;
-  it.act.gated = Gated;
+  const ActivationTile at = with_class<Cls>(it.act);
   const unsigned b = blockIdx.x - it.first_block;
   uint32_t m = 0;
 #pragma unroll 1
   for (int64_t t = b; t < it.tiles; t += it.blocks) {
     const TileCoords tc = tile_coords(it.tiles_c, t);
     // Zeros outside x never change the amax.
-    for_tile_activation_rows<T>(it.act, it.rows, it.cols, tc, tile_is_full(tc, it.rows, it.cols, true),
+    for_tile_activation_rows<T>(at, it.rows, it.cols, tc, tile_is_full(tc, it.rows, it.cols, true),
                                 [&](int, const float (&f)[kUnit]) { m = max(m, row_abs_max(f)); });
   }
   m = block_max_u32(m, scratch);
   if (threadIdx.x == 0) it.partials[b] = m;
 }
 
-// The kernel for the items' direction and gating (all alike).
 template <DType T>
-void launch(const ActivationAmaxParams &p, unsigned grid, cudaStream_t stream) {
-  const bool bwd = p.item[0].act.backward, gated = p.item[0].act.gated;
-  if (bwd && gated) activation_amax_kernel<T, true, true><<<grid, kTileThreads, 0, stream>>>(p);
-  else if (bwd) activation_amax_kernel<T, true, false><<<grid, kTileThreads, 0, stream>>>(p);
-  else if (gated) activation_amax_kernel<T, false, true><<<grid, kTileThreads, 0, stream>>>(p);
-  else activation_amax_kernel<T, false, false><<<grid, kTileThreads, 0, stream>>>(p);
+void launch(const ActivationAmaxParams &p, int cls, unsigned grid, cudaStream_t stream) {
+  switch (cls) {
+    case 1: activation_amax_kernel<T, 1><<<grid, kTileThreads, 0, stream>>>(p); return;
+    case 2: activation_amax_kernel<T, 2><<<grid, kTileThreads, 0, stream>>>(p); return;
+    case 3: activation_amax_kernel<T, 3><<<grid, kTileThreads, 0, stream>>>(p); return;
+    default: activation_amax_kernel<T, 4><<<grid, kTileThreads, 0, stream>>>(p); return;
+  }
 }
 
 }  // namespace
@@ -70,13 +68,12 @@ void activation_amax_partials(const TensorView *xs, const ActivationSource *sour
     fail(Status::Internal, "activation_amax_partials: %d tensors (1..%d)", n, kMaxCastItems);
   for (int i = 0; i < n; ++i)
     if (!sources[i].active()) fail(Status::Internal, "activation_amax_partials: tensor %d has no source", i);
-  // One launch per (direction, gating) among the tensors: a kernel is compiled for one of them.
-  for (int cls = 0; cls < 4; ++cls) {
-    const bool bwd = cls & 1, gated = cls & 2;
+  // One launch per class of source among the tensors (a kernel is compiled for one).
+  for (int cls = 1; cls < kActivationClasses; ++cls) {
     ActivationAmaxParams p{};
     unsigned grid = 0;
     for (int i = 0; i < n; ++i) {
-      if (sources[i].backward != bwd || is_gated(sources[i].act) != gated) continue;
+      if (activation_class(sources[i]) != cls) continue;
       ActivationAmaxItem &q = p.item[p.n++];
       q.rows = xs[i].numel() == 0 ? 0 : xs[i].rows();
       q.cols = xs[i].numel() == 0 ? 0 : xs[i].cols();
@@ -92,9 +89,9 @@ void activation_amax_partials(const TensorView *xs, const ActivationSource *sour
     }
     if (p.n == 0) continue;
     switch (xs[0].dtype) {
-      case DType::F32: launch<DType::F32>(p, grid, stream); break;
-      case DType::F16: launch<DType::F16>(p, grid, stream); break;
-      default: launch<DType::BF16>(p, grid, stream); break;
+      case DType::F32: launch<DType::F32>(p, cls, grid, stream); break;
+      case DType::F16: launch<DType::F16>(p, cls, grid, stream); break;
+      default: launch<DType::BF16>(p, cls, grid, stream); break;
     }
     TE_CUDA_CHECK_LAUNCH();
   }

@@ -53,9 +53,9 @@ struct BlockSmem {
 };
 
 // Tile `bid` of one tensor.
-// Act: the launch has a tensor with an activation source (a template flag: the plain kernel keeps
-// its registers).
-template <DType T, ScalingMode Mode, bool Act>
+// Act: every tensor's activation source class (activation_tile.cuh; 0: none), a template
+// parameter so that each kernel has the registers of its own path only.
+template <DType T, ScalingMode Mode, int Act>
 __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int64_t bid, BlockSmem &sm) {
   uint8_t *smem_t = sm.t;
   auto &col_amax = sm.col_amax;
@@ -69,9 +69,9 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   float f[kRowsPerThread][kUnit];
-  if (Act && p.act.active) {
+  if constexpr (Act > 0) {
     // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
-    for_tile_activation_rows<T>(p.act, p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
+    for_tile_activation_rows<T>(with_class<Act>(p.act), p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
 #pragma unroll
       for (int k = 0; k < kRowsPerThread; ++k)
 #pragma unroll
@@ -180,7 +180,7 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
 // Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid; the block's
 // tensor is selected with constant indices (a dynamic index into the parameters would copy them
 // to local memory), its scaling mode at run time.
-template <DType T, bool Act>
+template <DType T, int Act>
 __global__ void __launch_bounds__(kTileThreads, 2) block_quantize_kernel(const BlockQuantizeBatch b) {
   __shared__ BlockSmem sm;
   BlockQuantizeParams p = b.item[0];
@@ -221,9 +221,14 @@ bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
 }
 
 template <DType T>
-void launch(const BlockQuantizeBatch &b, bool act, unsigned grid, cudaStream_t stream) {
-  if (act) block_quantize_kernel<T, true><<<grid, kTileThreads, 0, stream>>>(b);
-  else block_quantize_kernel<T, false><<<grid, kTileThreads, 0, stream>>>(b);
+void launch(const BlockQuantizeBatch &b, int cls, unsigned grid, cudaStream_t stream) {
+  switch (cls) {
+    case 0: block_quantize_kernel<T, 0><<<grid, kTileThreads, 0, stream>>>(b); return;
+    case 1: block_quantize_kernel<T, 1><<<grid, kTileThreads, 0, stream>>>(b); return;
+    case 2: block_quantize_kernel<T, 2><<<grid, kTileThreads, 0, stream>>>(b); return;
+    case 3: block_quantize_kernel<T, 3><<<grid, kTileThreads, 0, stream>>>(b); return;
+    default: block_quantize_kernel<T, 4><<<grid, kTileThreads, 0, stream>>>(b); return;
+  }
 }
 
 }  // namespace
@@ -240,12 +245,14 @@ void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t str
     b.item[b.n++] = p;
   }
   if (b.n == 0) return;
-  bool act = false;
-  for (int i = 0; i < b.n; ++i) act = act || b.item[i].act.active;
+  const int cls = activation_class(items[0].source);
+  for (int i = 1; i < n; ++i)
+    if (activation_class(items[i].source) != cls)
+      fail(Status::Internal, "block_quantize_many: item %d's activation source is of another class than item 0's", i);
   switch (items[0].x.dtype) {
-    case DType::F32: launch<DType::F32>(b, act, grid, stream); break;
-    case DType::F16: launch<DType::F16>(b, act, grid, stream); break;
-    default: launch<DType::BF16>(b, act, grid, stream); break;
+    case DType::F32: launch<DType::F32>(b, cls, grid, stream); break;
+    case DType::F16: launch<DType::F16>(b, cls, grid, stream); break;
+    default: launch<DType::BF16>(b, cls, grid, stream); break;
   }
   TE_CUDA_CHECK_LAUNCH();
 }

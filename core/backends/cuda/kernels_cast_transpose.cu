@@ -71,9 +71,9 @@ constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 
 // Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
 // without one keep their registers).
-// Act: the launch has an item with an activation source (a flag for the same reason).
-template <DType T, int OutFmt, int OutTFmt, bool Dbias, bool Act>
-__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, Act>) cast_transpose_kernel(const CastTransposeParams p) {
+// Act: every item's activation source class (activation_tile.cuh; 0: none), for the same reason.
+template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
+__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>) cast_transpose_kernel(const CastTransposeParams p) {
   __shared__ alignas(16) uint8_t smem_t[OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
   __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias
@@ -146,12 +146,8 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, Act>) cast
       }
     }
   };
-  if constexpr (Act) {
-    if (it.act.active) for_tile_activation_rows<T>(it.act, it.rows, it.cols, tc, full, cast_row);
-    else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
-  } else {
-    for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
-  }
+  if constexpr (Act > 0) for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row);
+  else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
 
   if (OutTFmt == kFmtRuntime ? it.out_t != nullptr : OutTFmt != kFmtNone) {  // block-uniform
     stash_transposed(smem_t, tc, wt);
@@ -184,15 +180,26 @@ bool any_dbias(const CastTransposeParams &p) {
 
 template <DType T, int OutFmt, int OutTFmt>
 void launch(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
-  if (any_dbias(p)) cast_transpose_kernel<T, OutFmt, OutTFmt, true, false><<<grid, kTileThreads, 0, stream>>>(p);
-  else cast_transpose_kernel<T, OutFmt, OutTFmt, false, false><<<grid, kTileThreads, 0, stream>>>(p);
+  if (any_dbias(p)) cast_transpose_kernel<T, OutFmt, OutTFmt, true, 0><<<grid, kTileThreads, 0, stream>>>(p);
+  else cast_transpose_kernel<T, OutFmt, OutTFmt, false, 0><<<grid, kTileThreads, 0, stream>>>(p);
 }
 
-// A launch with an activation source: formats at run time, one kernel per dtype (and dbias).
+// A launch of activation-sourced items (class Act): formats at run time, one kernel per dtype,
+// class and dbias.
+template <DType T, int Act>
+void launch_activation_class(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
+  if (any_dbias(p)) cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, true, Act><<<grid, kTileThreads, 0, stream>>>(p);
+  else cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, false, Act><<<grid, kTileThreads, 0, stream>>>(p);
+}
+
 template <DType T>
-void launch_activation(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
-  if (any_dbias(p)) cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, true, true><<<grid, kTileThreads, 0, stream>>>(p);
-  else cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, false, true><<<grid, kTileThreads, 0, stream>>>(p);
+void launch_activation(const CastTransposeParams &p, int cls, unsigned grid, cudaStream_t stream) {
+  switch (cls) {
+    case 1: launch_activation_class<T, 1>(p, grid, stream); return;
+    case 2: launch_activation_class<T, 2>(p, grid, stream); return;
+    case 3: launch_activation_class<T, 3>(p, grid, stream); return;
+    default: launch_activation_class<T, 4>(p, grid, stream); return;
+  }
 }
 
 template <DType T, int OutFmt>
@@ -253,13 +260,15 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
   }
   const TensorView &x = items[0].x;
   const int out_fmt = fmt_of(items[0].out), out_t_fmt = fmt_of(items[0].out_t);
-  bool act = false;
-  for (int i = 0; i < n; ++i) act = act || p.item[i].act.active;
-  if (act) {
+  const int cls = activation_class(items[0].source);
+  for (int i = 1; i < n; ++i)
+    if (activation_class(items[i].source) != cls)
+      fail(Status::Internal, "cast_transpose_many: item %d's activation source is of another class than item 0's", i);
+  if (cls > 0) {
     switch (x.dtype) {
-      case DType::F32: launch_activation<DType::F32>(p, grid, stream); break;
-      case DType::F16: launch_activation<DType::F16>(p, grid, stream); break;
-      default: launch_activation<DType::BF16>(p, grid, stream); break;
+      case DType::F32: launch_activation<DType::F32>(p, cls, grid, stream); break;
+      case DType::F16: launch_activation<DType::F16>(p, cls, grid, stream); break;
+      default: launch_activation<DType::BF16>(p, cls, grid, stream); break;
     }
     TE_CUDA_CHECK_LAUNCH();
     return;

@@ -8,9 +8,10 @@ namespace te::cuda {
 
 void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
   DeviceGuard g(device_);
-  // Runs of items of one kind, input dtype and output formats go in one launch each (current
-  // scaling: an amax pass, then the casts that derive their scales from it; small tensors need
-  // no amax pass); block-scaled items of one input dtype share a launch whatever their modes.
+  // Runs of items of one kind, input dtype, output formats and class of activation source go in
+  // one launch each (current scaling: an amax pass, then the casts that derive their scales from
+  // it; small tensors need no amax pass); block-scaled items of one input dtype and class of
+  // source share a launch whatever their modes.
   CastItem group[kMaxCastItems];
   TensorView xs[kMaxCastItems];
   int npartials[kMaxCastItems];
@@ -84,7 +85,7 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
   auto format = [](const TensorView *t) { return t ? static_cast<int>(t->dtype) : -1; };
   auto same_group = [&](const QuantizeItem &a, const QuantizeItem &b) {
     return a.kind == b.kind && a.x.dtype == b.x.dtype && format(a.out) == format(b.out) &&
-           format(a.out_t) == format(b.out_t);
+           format(a.out_t) == format(b.out_t) && activation_class(a.source) == activation_class(b.source);
   };
   BlockQuantizeItem blocks[kMaxCastItems];
   int nb = 0;
@@ -103,7 +104,9 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
       continue;
     }
     if (q.kind == QuantizeItem::Kind::Block) {
-      if (nb == kMaxCastItems || (nb > 0 && blocks[0].x.dtype != q.x.dtype)) flush_blocks();
+      if (nb == kMaxCastItems ||
+          (nb > 0 && (blocks[0].x.dtype != q.x.dtype || activation_class(blocks[0].source) != activation_class(q.source))))
+        flush_blocks();
       BlockQuantizeItem &b = blocks[nb++];
       b.x = q.x, b.mode = q.block_mode, b.power_of_2 = q.power_of_2, b.epsilon = q.epsilon;
       b.out = q.out, b.out_t = q.out_t;
