@@ -6,6 +6,7 @@
 // backends (ReLU, SReLU). The bias gradient taken in the same pass is summed
 // in another order than bias_grad: within fp32 rounding.
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,7 +27,8 @@ struct SourceCase {
   DType dtype;
   int64_t rows, cols;  // x's shape
   bool dbias = false;
-  bool nans = true;  // NaNs among the inputs (current scaling: a NaN amax makes every code NaN)
+  bool nans = true;  // NaNs in the inputs (current scaling: a NaN amax makes every code NaN)
+  bool plain = false;  // no source: x is read (pre's bytes as x; a non-gated forward's shape)
   ScalingMode mode() const { return kind == QuantizeItem::Kind::Block ? ScalingMode::Block1x128 : ScalingMode::PerTensor; }
 };
 
@@ -67,29 +69,33 @@ struct Side {
         state(be, std::vector<float>{0.25f, 6.0f, -1.0f}),
         db(be, size_t(c.cols) * dtype_size(c.dtype)) {}
   DeviceBuffer pre, grad, out, out_t, sinv, sinv_t, state, db;
+  TensorView out_view, out_t_view;  // the item's outputs (item_of)
 };
 
-// Runs the case's item on `be` through `run` (fused or the default).
-template <class Run>
-void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
+// The case's item on `dev`, writing into s.
+QuantizeItem item_of(Device dev, const SourceCase &c, Side &s) {
   const bool gated = is_gated(c.act);
   const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
   const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
-  TensorView out = make_view(s.out.get(), DType::E4M3, dev, c.rows, c.cols);
-  TensorView out_t = make_view(s.out_t.get(), DType::E4M3, dev, c.cols, c.rows);
-  out.scale_inv = s.sinv.floats();
-  out_t.scale_inv = s.sinv_t.floats();
-  out.scaling = out_t.scaling = c.mode();
+  s.out_view = make_view(s.out.get(), DType::E4M3, dev, c.rows, c.cols);
+  s.out_t_view = make_view(s.out_t.get(), DType::E4M3, dev, c.cols, c.rows);
+  s.out_view.scale_inv = s.sinv.floats();
+  s.out_t_view.scale_inv = s.sinv_t.floats();
+  s.out_view.scaling = s.out_t_view.scaling = c.mode();
   QuantizeItem q;
   q.kind = c.kind;
   q.block_mode = c.mode();
-  q.x = make_view(nullptr, c.dtype, dev, c.rows, c.cols);
-  q.source.act = c.act;
-  q.source.backward = c.backward;
-  q.source.pre = make_view(s.pre.get(), c.dtype, dev, c.rows, pre_cols);
-  if (c.backward) q.source.grad = make_view(s.grad.get(), c.dtype, dev, c.rows, grad_cols);
-  q.out = &out;
-  q.out_t = &out_t;
+  if (c.plain) {
+    q.x = make_view(s.pre.get(), c.dtype, dev, c.rows, c.cols);
+  } else {
+    q.x = make_view(nullptr, c.dtype, dev, c.rows, c.cols);
+    q.source.act = c.act;
+    q.source.backward = c.backward;
+    q.source.pre = make_view(s.pre.get(), c.dtype, dev, c.rows, pre_cols);
+    if (c.backward) q.source.grad = make_view(s.grad.get(), c.dtype, dev, c.rows, grad_cols);
+  }
+  q.out = &s.out_view;
+  q.out_t = &s.out_t_view;
   if (c.kind == QuantizeItem::Kind::Current) {
     q.amax_out = s.state.floats();
     q.scale_out = s.state.floats() + 1;
@@ -104,15 +110,34 @@ void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
     q.dbias = make_view(s.db.get(), c.dtype, dev, c.cols, 1);
     q.dbias.ndim = 1;
   }
+  return q;
+}
+
+// Runs the case's item on `be` through `run` (fused or the default).
+template <class Run>
+void run_case(Device dev, const SourceCase &c, Side &s, Run &&run) {
+  const QuantizeItem q = item_of(dev, c, s);
   run(&q);
 }
+
+// The host bytes of pre and grad for a case.
+struct CaseInputs {
+  std::vector<uint8_t> pre, grad;
+  CaseInputs(const SourceCase &c, uint32_t seed) {
+    const bool gated = is_gated(c.act);
+    const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
+    const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
+    pre = random_bytes(size_t(c.rows * pre_cols), c.dtype, seed, c.nans);
+    grad = random_bytes(size_t(c.rows * grad_cols), c.dtype, seed + 1000, c.nans);
+  }
+};
 
 std::string describe(const SourceCase &c) {
   using K = QuantizeItem::Kind;
   const char *kind = c.kind == K::Block ? "block " : c.kind == K::Current ? "current " : "delayed ";
   return std::string(kind) + act_name(c.act) +
          (c.backward ? " backward " : " forward ") + dtype_name(c.dtype) + " " +
-         std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.dbias ? " +dbias" : "");
+         std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.dbias ? " +dbias" : "") + (c.plain ? " plain" : "");
 }
 
 void expect_same(const DeviceBuffer &a, const DeviceBuffer &b, const std::string &what) {
@@ -150,12 +175,8 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
   uint32_t seed = 11;
   for (const SourceCase &c : cases) {
     const std::string what = describe(c);
-    const bool gated = is_gated(c.act);
-    const int64_t pre_cols = gated && !c.backward ? 2 * c.cols : c.cols;
-    const int64_t grad_cols = gated ? c.cols / 2 : c.cols;
-    const std::vector<uint8_t> pre = random_bytes(size_t(c.rows * pre_cols), c.dtype, seed++, c.nans);
-    const std::vector<uint8_t> grad = random_bytes(size_t(c.rows * grad_cols), c.dtype, seed++, c.nans);
-    Side fused(*gpu, c, pre, grad), made(*gpu, c, pre, grad), ref(*cpu, c, pre, grad);
+    const CaseInputs in(c, seed++);
+    Side fused(*gpu, c, in.pre, in.grad), made(*gpu, c, in.pre, in.grad), ref(*cpu, c, in.pre, in.grad);
     run_case(kGpu, c, fused, [&](const QuantizeItem *q) { gpu->quantize_many(q, 1); });
     run_case(kGpu, c, made, [&](const QuantizeItem *q) { gpu->Backend::quantize_many(q, 1); });
     run_case(kCpu, c, ref, [&](const QuantizeItem *q) { cpu->quantize_many(q, 1); });
@@ -181,6 +202,41 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
         if (!(std::fabs(va - vb) <= tol) && bad++ < 3)
           ADD_FAILURE() << what << " dbias[" << col << "]: fused " << va << " bias_grad " << vb;
       }
+    }
+  }
+}
+
+// Items of several classes of source (and plain ones) in one quantize_many call: CUDA splits them
+// into launches of one class each, and every item's bytes are those of the item quantized alone.
+TEST_F(CudaActivationCast, MixedClassesInOneCallEqualEachAlone) {
+  using K = QuantizeItem::Kind;
+  for (K kind : {K::Delayed, K::Current, K::Block}) {
+    const std::vector<SourceCase> cases = {
+        {kind, Activation::GELU, false, DType::BF16, 256, 384, false, false, true},   // plain
+        {kind, Activation::SwiGLU, false, DType::BF16, 256, 384, false, false},       // gated forward
+        {kind, Activation::GELU, true, DType::BF16, 131, 200, true, false},           // backward, dbias
+        {kind, Activation::GELU, false, DType::BF16, 300, 256, false, false, true},   // plain
+    };
+    std::vector<CaseInputs> ins;
+    std::vector<std::unique_ptr<Side>> together, alone;
+    std::vector<QuantizeItem> items;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      ins.emplace_back(cases[i], 500 + static_cast<uint32_t>(i));
+      together.push_back(std::make_unique<Side>(*gpu, cases[i], ins[i].pre, ins[i].grad));
+      alone.push_back(std::make_unique<Side>(*gpu, cases[i], ins[i].pre, ins[i].grad));
+    }
+    for (size_t i = 0; i < cases.size(); ++i) items.push_back(item_of(kGpu, cases[i], *together[i]));
+    gpu->quantize_many(items.data(), static_cast<int>(items.size()));
+    for (size_t i = 0; i < cases.size(); ++i)
+      run_case(kGpu, cases[i], *alone[i], [&](const QuantizeItem *q) { gpu->quantize_many(q, 1); });
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string what = "item " + std::to_string(i) + " (" + describe(cases[i]) + ")";
+      expect_same(together[i]->out, alone[i]->out, what + " out");
+      expect_same(together[i]->out_t, alone[i]->out_t, what + " out_t");
+      expect_same(together[i]->sinv, alone[i]->sinv, what + " scale_inv");
+      expect_same(together[i]->sinv_t, alone[i]->sinv_t, what + " scale_inv of out_t");
+      expect_same(together[i]->state, alone[i]->state, what + " state");
+      expect_same(together[i]->db, alone[i]->db, what + " dbias");
     }
   }
 }

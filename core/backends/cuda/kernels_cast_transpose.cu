@@ -73,7 +73,8 @@ constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 // without one keep their registers).
 // Act: every item's activation source class (activation_tile.cuh; 0: none), for the same reason.
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
-__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>) cast_transpose_kernel(const CastTransposeParams p) {
+__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>)
+    cast_transpose_kernel(const CastTransposeParams p) {
   __shared__ alignas(16) uint8_t smem_t[OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
   __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias

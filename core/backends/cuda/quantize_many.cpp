@@ -56,24 +56,20 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
   auto flush = [&] {
     if (m == 0) return;
     if (first->kind == QuantizeItem::Kind::Current) {
-      // Small tensors take their amax inside the cast; the others' comes from one amax pass, and
-      // activation-sourced ones' (any size: the cast cannot read x) from one pass that computes
-      // the activation. Pass slots: the plain tensors', then the sourced ones'.
-      TensorView big[kMaxCastItems], made[kMaxCastItems];
+      // Small tensors take their amax inside the cast; the others' comes from one amax pass.
+      // Activation-sourced ones (a group holds one class of source) all take theirs from one pass
+      // that computes the activation: the cast cannot read x, whatever its size.
+      const bool sourced = group[0].source.active();
+      TensorView big[kMaxCastItems];
       ActivationSource sources[kMaxCastItems];
-      int owner[kMaxCastItems], nb = 0, nm = 0;
+      int owner[kMaxCastItems], nb = 0;
       for (int i = 0; i < m; ++i) {
-        if (group[i].source.active()) made[nm] = xs[i], sources[nm++] = group[i].source;
-        else if (xs[i].numel() > kSelfAmaxElements) big[nb] = xs[i], owner[nb++] = i;
+        if (!sourced && xs[i].numel() <= kSelfAmaxElements) continue;
+        big[nb] = xs[i], sources[nb] = group[i].source, owner[nb++] = i;
       }
-      for (int i = 0, k = nb; i < m; ++i)
-        if (group[i].source.active()) owner[k++] = i;
-      if (nb) amax_partials(big, nb, amax_partials_, npartials, stream_);
-      if (nm) {
-        const size_t slot = static_cast<size_t>(nb) * kAmaxPartialBlocks;
-        activation_amax_partials(made, sources, nm, amax_partials_ + slot, npartials + nb, stream_);
-      }
-      for (int j = 0; j < nb + nm; ++j) {
+      if (nb && sourced) activation_amax_partials(big, sources, nb, amax_partials_, npartials, stream_);
+      else if (nb) amax_partials(big, nb, amax_partials_, npartials, stream_);
+      for (int j = 0; j < nb; ++j) {
         group[owner[j]].partials = amax_partials_ + static_cast<size_t>(j) * kAmaxPartialBlocks;
         group[owner[j]].npartials = npartials[j];
       }
@@ -104,9 +100,9 @@ void CudaBackend::quantize_many(const QuantizeItem *items, int n) {
       continue;
     }
     if (q.kind == QuantizeItem::Kind::Block) {
-      if (nb == kMaxCastItems ||
-          (nb > 0 && (blocks[0].x.dtype != q.x.dtype || activation_class(blocks[0].source) != activation_class(q.source))))
-        flush_blocks();
+      const bool joins = nb > 0 && blocks[0].x.dtype == q.x.dtype &&
+                         activation_class(blocks[0].source) == activation_class(q.source);
+      if (nb == kMaxCastItems || (nb > 0 && !joins)) flush_blocks();
       BlockQuantizeItem &b = blocks[nb++];
       b.x = q.x, b.mode = q.block_mode, b.power_of_2 = q.power_of_2, b.epsilon = q.epsilon;
       b.out = q.out, b.out_t = q.out_t;
