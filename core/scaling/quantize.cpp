@@ -34,6 +34,9 @@ void QuantizedMatrix::allocate(Backend &be, ScalingMode mode, DType dtype, int64
   *this = std::move(q);
 }
 
+namespace {
+
+// The backend's kind of quantization for a recipe (Backend::fuses_activation_cast asks by it).
 QuantizeItem::Kind quantize_kind(const Recipe &r) {
   switch (r.kind()) {
     case RecipeKind::Delayed: return QuantizeItem::Kind::Delayed;
@@ -42,6 +45,8 @@ QuantizeItem::Kind quantize_kind(const Recipe &r) {
   }
   return QuantizeItem::Kind::Block;
 }
+
+}  // namespace
 
 bool activation_in_cast(const Backend &be, const Recipe &recipe, const Group *group) {
   if (recipe.kind() == RecipeKind::Current && group && recipe.options().reduce_amax) return false;

@@ -38,8 +38,6 @@ struct QuantizeRequest {
   ActivationSource source;
 };
 
-// The backend's kind of quantization for a recipe (Backend::fuses_activation_cast asks by it).
-QuantizeItem::Kind quantize_kind(const Recipe &recipe);
 // Whether a module should hand `be` an activation's output to quantize as an ActivationSource (the
 // activation made inside the cast, never stored): where the backend fuses the recipe's kind, and
 // not under a current scaling whose amax is all-reduced over `group` (that cast runs alone).

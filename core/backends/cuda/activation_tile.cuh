@@ -4,6 +4,8 @@
 // activation_backward store (the formulas of activation_math.cuh, rounded to the dtype).
 #pragma once
 
+#include <type_traits>
+
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
@@ -32,6 +34,19 @@ inline ActivationTile activation_tile(const ActivationSource &src, int64_t cols)
   const int64_t half = t.gated && src.backward ? cols / 2 : cols;
   t.vec = aligned16(t.pre) && (t.grad == nullptr || aligned16(t.grad)) && half % kUnit == 0;
   return t;
+}
+
+// fn(std::integral_constant<int, Cls>{}) for the source class cls (1 .. kActivationClasses - 1,
+// kernels.h's activation_class): the launchers' one step from a run-time class to the kernel
+// compiled for it.
+template <class Fn>
+void dispatch_activation_class(int cls, Fn &&fn) {
+  switch (cls) {
+    case 1: fn(std::integral_constant<int, 1>{}); return;
+    case 2: fn(std::integral_constant<int, 2>{}); return;
+    case 3: fn(std::integral_constant<int, 3>{}); return;
+    default: fn(std::integral_constant<int, 4>{}); return;
+  }
 }
 
 // at with class Cls's flags (kernels.h's activation_class) as compile-time constants (Cls >= 1).

@@ -61,7 +61,7 @@ struct CastItem {
   ActivationSource source;
 };
 // 1..kMaxCastItems items of one input dtype, one pair of output formats and one class of
-// activation source (activation_tile.cuh), one launch.
+// activation source (activation_class), one launch.
 void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream);
 // One tensor of block_quantize_many: block_quantize's arguments.
 struct BlockQuantizeItem {

@@ -27,7 +27,7 @@ struct ActivationAmaxParams {
 };
 
 // Two blocks per SM, as the cast with an activation (the activation's math takes the registers).
-// Cls: every item's class of source (activation_tile.cuh).
+// Cls: every item's class of source (kernels.h's activation_class).
 template <DType T, int Cls>
 __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const ActivationAmaxParams p) {
   __shared__ uint32_t scratch[32];
@@ -52,12 +52,9 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
 
 template <DType T>
 void launch(const ActivationAmaxParams &p, int cls, unsigned grid, cudaStream_t stream) {
-  switch (cls) {
-    case 1: activation_amax_kernel<T, 1><<<grid, kTileThreads, 0, stream>>>(p); return;
-    case 2: activation_amax_kernel<T, 2><<<grid, kTileThreads, 0, stream>>>(p); return;
-    case 3: activation_amax_kernel<T, 3><<<grid, kTileThreads, 0, stream>>>(p); return;
-    default: activation_amax_kernel<T, 4><<<grid, kTileThreads, 0, stream>>>(p); return;
-  }
+  dispatch_activation_class(cls, [&](auto c) {
+    activation_amax_kernel<T, decltype(c)::value><<<grid, kTileThreads, 0, stream>>>(p);
+  });
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ struct BlockSmem {
 };
 
 // Tile `bid` of one tensor.
-// Act: every tensor's activation source class (activation_tile.cuh; 0: none), a template
+// Act: every tensor's activation source class (kernels.h's activation_class; 0: none), a template
 // parameter so that each kernel has the registers of its own path only.
 template <DType T, ScalingMode Mode, int Act>
 __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int64_t bid, BlockSmem &sm) {
@@ -222,13 +222,13 @@ bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
 
 template <DType T>
 void launch(const BlockQuantizeBatch &b, int cls, unsigned grid, cudaStream_t stream) {
-  switch (cls) {
-    case 0: block_quantize_kernel<T, 0><<<grid, kTileThreads, 0, stream>>>(b); return;
-    case 1: block_quantize_kernel<T, 1><<<grid, kTileThreads, 0, stream>>>(b); return;
-    case 2: block_quantize_kernel<T, 2><<<grid, kTileThreads, 0, stream>>>(b); return;
-    case 3: block_quantize_kernel<T, 3><<<grid, kTileThreads, 0, stream>>>(b); return;
-    default: block_quantize_kernel<T, 4><<<grid, kTileThreads, 0, stream>>>(b); return;
+  if (cls == 0) {
+    block_quantize_kernel<T, 0><<<grid, kTileThreads, 0, stream>>>(b);
+    return;
   }
+  dispatch_activation_class(cls, [&](auto c) {
+    block_quantize_kernel<T, decltype(c)::value><<<grid, kTileThreads, 0, stream>>>(b);
+  });
 }
 
 }  // namespace

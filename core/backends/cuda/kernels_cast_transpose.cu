@@ -71,7 +71,8 @@ constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 
 // Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
 // without one keep their registers).
-// Act: every item's activation source class (activation_tile.cuh; 0: none), for the same reason.
+// Act: every item's activation source class (kernels.h's activation_class; 0: none), for the same
+// reason.
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
 __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>)
     cast_transpose_kernel(const CastTransposeParams p) {
@@ -195,12 +196,7 @@ void launch_activation_class(const CastTransposeParams &p, unsigned grid, cudaSt
 
 template <DType T>
 void launch_activation(const CastTransposeParams &p, int cls, unsigned grid, cudaStream_t stream) {
-  switch (cls) {
-    case 1: launch_activation_class<T, 1>(p, grid, stream); return;
-    case 2: launch_activation_class<T, 2>(p, grid, stream); return;
-    case 3: launch_activation_class<T, 3>(p, grid, stream); return;
-    default: launch_activation_class<T, 4>(p, grid, stream); return;
-  }
+  dispatch_activation_class(cls, [&](auto c) { launch_activation_class<T, decltype(c)::value>(p, grid, stream); });
 }
 
 template <DType T, int OutFmt>
