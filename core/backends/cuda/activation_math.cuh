@@ -30,11 +30,47 @@ __device__ __forceinline__ float dgelu(float x) {
   return add(a, mul(0.5f, add(1.0f, tanh_out)));
 }
 
-__device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, add(1.0f, expf(-x))); }
-__device__ __forceinline__ float silu(float x) { return mul(x, sigmoid(x)); }
-__device__ __forceinline__ float dsilu(float x) {
-  const float s = sigmoid(x);
-  return add(mul(mul(x, s), sub(1.0f, s)), s);
+// 1 / y correctly rounded for y in [1, kReciprocalLimit): the approximate reciprocal and the two
+// refinement steps that __fdiv_rn(1.0f, y) takes when its range check passes, so the same bits
+// (the GPU test compares the two for every float in the range) without the check's branch and the
+// call to the division's slow path, whose clobbered registers cost the activation kernels more
+// than the division itself.
+constexpr float kReciprocalLimit = 0x1p64f;
+__device__ __forceinline__ float reciprocal_in_range(float y) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  r = __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
+  return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
+}
+__device__ __forceinline__ float reciprocal(float y) {
+  return y < kReciprocalLimit && y >= 1.0f ? reciprocal_in_range(y) : __fdiv_rn(1.0f, y);
+}
+
+// SiLU and its derivative from x and s = sigmoid(x) (= 1 / (1 + exp(-x))).
+__device__ __forceinline__ float silu_of(float x, float s) { return mul(x, s); }
+__device__ __forceinline__ float dsilu_of(float x, float s) { return add(mul(mul(x, s), sub(1.0f, s)), s); }
+
+__device__ __forceinline__ float sigmoid(float x) { return reciprocal(add(1.0f, expf(-x))); }
+__device__ __forceinline__ float silu(float x) { return silu_of(x, sigmoid(x)); }
+__device__ __forceinline__ float dsilu(float x) { return dsilu_of(x, sigmoid(x)); }
+
+// f[k] = fn(k, sigmoid(x[k])) for N elements, with one test for the whole group, made before any
+// element is computed (so that no input lives longer than its element): for x >= -44,
+// 1 + exp(-x) lies in [1, 1.3e19], inside reciprocal_in_range's range, and the group needs
+// neither branch nor call per element; a group with a smaller x (or a NaN) takes the division.
+constexpr float kSigmoidInRange = -44.0f;
+template <int N, class Fn>
+__device__ __forceinline__ void map_sigmoid(const float (&x)[N], float (&f)[N], Fn &&fn) {
+  bool in_range = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) in_range &= x[k] >= kSigmoidInRange;
+  if (in_range) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) f[k] = fn(k, reciprocal_in_range(add(1.0f, expf(-x[k]))));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) f[k] = fn(k, sigmoid(x[k]));
+  }
 }
 
 __device__ __forceinline__ float apply(Activation act, float x) {

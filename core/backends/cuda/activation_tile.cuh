@@ -80,11 +80,42 @@ __device__ __forceinline__ float activation_element(const ActivationTile &at, fl
   return round_to<T>(second ? mul(g, gate(act, a)) : mul(mul(g, dgate(act, a)), b));
 }
 
+// f[k] = round_to<T>(f[k]) for a unit: the hardware rounds two elements per instruction, which
+// is round_to for every value but NaN (the CPU's NaN keeps the sign and payload, the hardware's is
+// canonical), so a unit that holds a NaN takes round_to itself.
+template <DType T>
+__device__ __forceinline__ void round_unit(float (&f)[kUnit]) {
+  if constexpr (T == DType::BF16 || T == DType::F16) {
+    bool nan = false;
+#pragma unroll
+    for (int k = 0; k < kUnit; ++k) nan |= isnan(f[k]);
+    if (nan) {
+#pragma unroll
+      for (int k = 0; k < kUnit; ++k) f[k] = round_to<T>(f[k]);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < kUnit; k += 2) {
+      if constexpr (T == DType::BF16) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(f[k], f[k + 1]);
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(&h);
+        f[k] = __uint_as_float(w << 16);
+        f[k + 1] = __uint_as_float(w & 0xFFFF0000u);
+      } else {
+        const float2 p = __half22float2(__floats2half2_rn(f[k], f[k + 1]));
+        f[k] = p.x;
+        f[k + 1] = p.y;
+      }
+    }
+  }
+}
+
 // f[k] = round_to<T>(fn(k)) for the 16 elements of a unit.
 template <DType T, class Fn>
 __device__ __forceinline__ void map_unit(float (&f)[kUnit], Fn &&fn) {
 #pragma unroll
-  for (int k = 0; k < kUnit; ++k) f[k] = round_to<T>(fn(k));
+  for (int k = 0; k < kUnit; ++k) f[k] = fn(k);
+  round_unit<T>(f);
 }
 
 // activation_element for a unit of 16 elements, with every choice (direction, activation, half)
@@ -95,15 +126,16 @@ __device__ __forceinline__ void activation_unit(const ActivationTile &at, bool s
                                                 const float (&b)[kUnit], const float (&g)[kUnit], float (&f)[kUnit]) {
   using namespace act_math;
   const Activation act = at.kind;
-  if (!at.backward) {
-    if (act == Activation::SwiGLU) map_unit<T>(f, [&](int k) { return mul(silu(a[k]), b[k]); });
-    else if (act == Activation::GeGLU) map_unit<T>(f, [&](int k) { return mul(gelu(a[k]), b[k]); });
+  if (act == Activation::SwiGLU) {  // without a division's call per element (map_sigmoid)
+    if (!at.backward) map_sigmoid(a, f, [&](int k, float s) { return mul(silu_of(a[k], s), b[k]); });
+    else if (second) map_sigmoid(a, f, [&](int k, float s) { return mul(g[k], silu_of(a[k], s)); });
+    else map_sigmoid(a, f, [&](int k, float s) { return mul(mul(g[k], dsilu_of(a[k], s)), b[k]); });
+    round_unit<T>(f);
+  } else if (!at.backward) {
+    if (act == Activation::GeGLU) map_unit<T>(f, [&](int k) { return mul(gelu(a[k]), b[k]); });
     else if (act == Activation::ReLU) map_unit<T>(f, [&](int k) { return relu(a[k]); });
     else if (act == Activation::SReLU) map_unit<T>(f, [&](int k) { return srelu(a[k]); });
     else map_unit<T>(f, [&](int k) { return gelu(a[k]); });
-  } else if (act == Activation::SwiGLU) {
-    if (second) map_unit<T>(f, [&](int k) { return mul(g[k], silu(a[k])); });
-    else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dsilu(a[k])), b[k]); });
   } else if (act == Activation::GeGLU) {
     if (second) map_unit<T>(f, [&](int k) { return mul(g[k], gelu(a[k])); });
     else map_unit<T>(f, [&](int k) { return mul(mul(g[k], dgelu(a[k])), b[k]); });
@@ -141,7 +173,7 @@ __device__ __forceinline__ void for_tile_activation_rows(const ActivationTile &a
       for (int i = 0; i < kBatch; ++i) {
         const int64_t r = r0 + i0 + i;
         va[i].load(at.pre, r * pre_w + j);
-        if (gated) vb[i].load(at.pre, r * pre_w + j + half);
+        if (gated && !second) vb[i].load(at.pre, r * pre_w + j + half);  // d b needs no b
         if (bwd) vg[i].load(at.grad, r * grad_w + (gated ? j : c));
       }
 #pragma unroll
