@@ -151,7 +151,9 @@ __device__ __forceinline__ void activation_unit(const ActivationTile &at, bool s
 // for_tile_rows for an activation-sourced x: row_fn(i, f) for the thread's 4 rows, zeros outside
 // x. Forward: pre is [rows, cols] or, gated, [rows, 2 cols]; backward: pre is [rows, cols] and grad
 // [rows, cols] or, gated, [rows, cols / 2] (x = [d a | d b]).
-template <DType T, class RowFn>
+// Batch: rows whose loads are issued together (2: the casts; 1: block quantization, which holds
+// the thread's whole 4 x 16 tile besides).
+template <DType T, int Batch = 2, class RowFn>
 __device__ __forceinline__ void for_tile_activation_rows(const ActivationTile &at, int64_t rows, int64_t cols,
                                                          const TileCoords &tc, bool full, RowFn &&row_fn) {
   const int64_t r0 = tc.r0 + kRowsPerThread * tc.g, c = tc.c0 + kUnit * tc.u;
@@ -161,31 +163,37 @@ __device__ __forceinline__ void for_tile_activation_rows(const ActivationTile &a
   const int64_t grad_w = gated ? half : cols;              // grad's row width (backward)
   if (full && at.vec) {
     // The thread's 16 columns lie in one half (half % 16 == 0): a, b and g are vectors. The
-    // loads of two rows are issued before their first use (the memory latency is the cost); more
+    // loads of Batch rows are issued before their first use (the memory latency is the cost); more
     // rows at once would take the registers that let two blocks share an SM.
     const bool second = gated && bwd && c >= half;
     const int64_t j = gated && bwd ? (second ? c - half : c) : c;  // a's column
-    constexpr int kBatch = 2;
+    // The loop compiled twice, for d b's units (a gated backward's second half, which read no b)
+    // and for the rest: each copy holds only its own inputs.
+    auto unit_rows = [&](auto second_half) {
+      constexpr bool kSecond = decltype(second_half)::value;
 #pragma unroll 1
-    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
-      UnitVecs<T> va[kBatch], vb[kBatch], vg[kBatch];
+      for (int i0 = 0; i0 < kRowsPerThread; i0 += Batch) {
+        UnitVecs<T> va[Batch], vb[Batch], vg[Batch];
 #pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int64_t r = r0 + i0 + i;
-        va[i].load(at.pre, r * pre_w + j);
-        if (gated && !second) vb[i].load(at.pre, r * pre_w + j + half);  // d b needs no b
-        if (bwd) vg[i].load(at.grad, r * grad_w + (gated ? j : c));
-      }
+        for (int i = 0; i < Batch; ++i) {
+          const int64_t r = r0 + i0 + i;
+          va[i].load(at.pre, r * pre_w + j);
+          if (gated && !kSecond) vb[i].load(at.pre, r * pre_w + j + half);
+          if (bwd) vg[i].load(at.grad, r * grad_w + (gated ? j : c));
+        }
 #pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        float a[kUnit], b[kUnit] = {}, g[kUnit] = {}, f[kUnit];
-        va[i].unpack(a);
-        if (gated) vb[i].unpack(b);
-        if (bwd) vg[i].unpack(g);
-        activation_unit<T>(at, second, a, b, g, f);
-        row_fn(i0 + i, f);
+        for (int i = 0; i < Batch; ++i) {
+          float a[kUnit], b[kUnit] = {}, g[kUnit] = {}, f[kUnit];
+          va[i].unpack(a);
+          if (gated && !kSecond) vb[i].unpack(b);
+          if (bwd) vg[i].unpack(g);
+          activation_unit<T>(at, kSecond, a, b, g, f);
+          row_fn(i0 + i, f);
+        }
       }
-    }
+    };
+    if (second) unit_rows(std::true_type{});
+    else unit_rows(std::false_type{});
     return;
   }
 #pragma unroll 1

@@ -71,7 +71,7 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   float f[kRowsPerThread][kUnit];
   if constexpr (Act > 0) {
     // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
-    for_tile_activation_rows<T>(with_class<Act>(p.act), p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
+    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
 #pragma unroll
       for (int k = 0; k < kRowsPerThread; ++k)
 #pragma unroll

@@ -130,6 +130,15 @@ __device__ __forceinline__ void load8(const void *base, int64_t elem, Vec8<T> &o
   for (int i = 0; i < Vec8<T>::kVecs; ++i) out.v[i] = __ldg(p + i);
 }
 
+// Asks L2 for the 16-byte vectors load8 would read (no registers held, nothing waited for).
+template <DType T>
+__device__ __forceinline__ void prefetch8_l2(const void *base, int64_t elem) {
+  using S = typename InType<T>::Storage;
+  const uint4 *p = reinterpret_cast<const uint4 *>(static_cast<const S *>(base) + elem);
+#pragma unroll
+  for (int i = 0; i < Vec8<T>::kVecs; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + i));
+}
+
 // BF16 is unpacked through opaque instructions: the row stays packed in registers between its
 // passes (the compiler would otherwise keep the unpacked floats, twice the registers, and spill).
 template <DType T>
@@ -918,6 +927,18 @@ __global__ void __launch_bounds__(kThreads, 2) norm_bwd_vec_kernel(const BwdPara
       }
       mu = p.layer ? p.mu[r] : 0.0f;
       rs = p.rsigma[r];
+      // The team's next row comes from DRAM while this one goes through the warps' chain of
+      // sums (one warp at a time): its loads then wait on L2, not on DRAM. Registers for a
+      // second row would cost the second block per SM.
+      const int64_t next = r + teams;
+      if (next < r_end) {
+#pragma unroll
+        for (int kk = 0; kk < kCap; ++kk) {
+          if (kk >= nk) continue;
+          prefetch8_l2<T>(p.x, next * n + col_of(kk));
+          prefetch8_l2<T>(p.dy, next * n + col_of(kk));
+        }
+      }
     }
     // x_hat, dy * g and dy of chunk kk.
     auto terms = [&](int kk, float (&xh)[8], float (&dyg)[8], float (&dyf)[8]) {
