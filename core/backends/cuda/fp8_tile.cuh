@@ -108,6 +108,33 @@ __device__ __forceinline__ void load_tile_rows(const void *x, int64_t rows, int6
   }
 }
 
+// The thread's 4 x 16 elements as loaded, unpacked to floats one row at a time where used: 16-bit
+// inputs take 32 registers so, not the 64 of load_tile_rows' floats (block quantization holds the
+// tile across its amax reductions). Same `full` rule and zeros as for_tile_rows.
+template <DType T>
+struct TileRowsRaw {
+  using Storage = typename InType<T>::Storage;
+  UnitVecs<T> raw[kRowsPerThread];
+  __device__ __forceinline__ void load(const void *x, int64_t rows, int64_t cols, const TileCoords &tc, bool full) {
+    const int64_t r = tc.r0 + kRowsPerThread * tc.g;
+    const int64_t c = tc.c0 + kUnit * tc.u;
+    if (full) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) raw[i].load(x, (r + i) * cols + c);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      Storage e[kUnit];
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j)
+        e[j] = (r + i < rows && c + j < cols) ? static_cast<const Storage *>(x)[(r + i) * cols + c + j] : Storage{};
+      memcpy(raw[i].v, e, sizeof e);
+    }
+  }
+  __device__ __forceinline__ void row(int i, float (&f)[kUnit]) const { raw[i].unpack(f); }
+};
+
 // Stores one row's 16 codes (4 packed words) to out[r, c .. c+15].
 __device__ __forceinline__ void store_row_codes(uint8_t *out, int64_t rows, int64_t cols, int64_t r, int64_t c,
                                                 bool full, const uint32_t (&w)[4]) {

@@ -68,7 +68,17 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   const int64_t r_first = tc.r0 + kRowsPerThread * tc.g, c_first = tc.c0 + kUnit * tc.u;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  float f[kRowsPerThread][kUnit];
+  float f[kRowsPerThread][kUnit];  // an activation's tile (Act > 0)
+  TileRowsRaw<T> tile;             // x as loaded (Act == 0)
+  // Row i of the tile as floats.
+  auto row = [&](int i, float (&fi)[kUnit]) {
+    if constexpr (Act > 0) {
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j) fi[j] = f[i][j];
+    } else {
+      tile.row(i, fi);
+    }
+  };
   if constexpr (Act > 0) {
     // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
     for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
@@ -79,7 +89,7 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
           if (k == i) f[k][j] = v[j];
     });
   } else {
-    load_tile_rows<T>(p.x, p.rows, p.cols, tc, full, f);
+    tile.load(p.x, p.rows, p.cols, tc, full);
   }
 
   // ---- amaxes and scales ----
@@ -89,7 +99,9 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
     if (p.out_fmt != kFmtNone) {
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
-        uint32_t m = row_abs_max(f[i]);
+        float fi[kUnit];
+        row(i, fi);
+        uint32_t m = row_abs_max(fi);
         m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
         m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
         m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 4));
@@ -99,11 +111,17 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
       }
     }
     if (p.out_t_fmt != kFmtNone) {
+      uint32_t cm[kUnit] = {};
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        float fi[kUnit];
+        row(i, fi);
+#pragma unroll
+        for (int j = 0; j < kUnit; ++j) cm[j] = max(cm[j], abs_bits(fi[j]));
+      }
 #pragma unroll
       for (int j = 0; j < kUnit; ++j) {
-        uint32_t m = 0;
-#pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) m = max(m, abs_bits(f[i][j]));
+        uint32_t m = cm[j];
         m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
         m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
         if (lane < 8) col_amax[warp][kUnit * tc.u + j] = m;
@@ -123,7 +141,11 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   } else {
     uint32_t m = 0;
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) m = max(m, row_abs_max(f[i]));
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      float fi[kUnit];
+      row(i, fi);
+      m = max(m, row_abs_max(fi));
+    }
     const float amax = amax_float(block_max_u32(m, scratch));
     if (p.out_fmt != kFmtNone) {
       const float s = dev_compute_scale_from_amax(amax, fmt_max(p.out_fmt), p.power_of_2, p.epsilon);
@@ -141,11 +163,13 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   if (p.out_fmt != kFmtNone) {
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
+      float fi[kUnit];
+      row(i, fi);
       uint32_t w[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        w[q] = encode4_rt(p.out_fmt, __fmul_rn(f[i][4 * q], row_scale[i]), __fmul_rn(f[i][4 * q + 1], row_scale[i]),
-                          __fmul_rn(f[i][4 * q + 2], row_scale[i]), __fmul_rn(f[i][4 * q + 3], row_scale[i]));
+        w[q] = encode4_rt(p.out_fmt, __fmul_rn(fi[4 * q], row_scale[i]), __fmul_rn(fi[4 * q + 1], row_scale[i]),
+                          __fmul_rn(fi[4 * q + 2], row_scale[i]), __fmul_rn(fi[4 * q + 3], row_scale[i]));
       }
       store_row_codes(p.out, p.rows, p.cols, r_first + i, c_first, full, w);
     }
@@ -156,11 +180,14 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
     for (int j = 0; j < kUnit; ++j) s[j] = Mode == ScalingMode::Block1x128 ? col_scale[kUnit * tc.u + j] : tile_scale_t;
     uint32_t wt[kRowsPerThread][4];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      float fi[kUnit];
+      row(i, fi);
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        wt[i][q] = encode4_rt(p.out_t_fmt, __fmul_rn(f[i][4 * q], s[4 * q]), __fmul_rn(f[i][4 * q + 1], s[4 * q + 1]),
-                              __fmul_rn(f[i][4 * q + 2], s[4 * q + 2]), __fmul_rn(f[i][4 * q + 3], s[4 * q + 3]));
+        wt[i][q] = encode4_rt(p.out_t_fmt, __fmul_rn(fi[4 * q], s[4 * q]), __fmul_rn(fi[4 * q + 1], s[4 * q + 1]),
+                              __fmul_rn(fi[4 * q + 2], s[4 * q + 2]), __fmul_rn(fi[4 * q + 3], s[4 * q + 3]));
+    }
     stash_transposed(smem_t, tc, wt);
     __syncthreads();
     write_transposed(smem_t, p.out_t, p.rows, p.cols, tc, full);
@@ -168,20 +195,29 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   if (p.dbias != nullptr) {  // the bias gradient of dy, from the values already in registers
     float cs[kUnit] = {};
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      float fi[kUnit];
+      row(i, fi);
 #pragma unroll
-      for (int j = 0; j < kUnit; ++j) cs[j] = __fadd_rn(cs[j], f[i][j]);
+      for (int j = 0; j < kUnit; ++j) cs[j] = __fadd_rn(cs[j], fi[j]);
+    }
     const bool direct = p.rows <= kTile;
     void *row = direct ? p.dbias : static_cast<float *>(p.dbias) + rb * p.cols;
     tile_column_sums(cs, tc, p.cols, sm.col_sums, row, direct ? p.dbias_dtype : DType::F32);
   }
 }
 
+// Blocks per SM the registers must allow. A block holds its whole tile from load to codes, so the
+// memory stays busy only with several blocks per SM: x as loaded fits three; an activation's
+// floats (and its math), two.
+template <int Act>
+constexpr int kBlockMinBlocks = Act > 0 ? 2 : 3;
+
 // Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid; the block's
 // tensor is selected with constant indices (a dynamic index into the parameters would copy them
 // to local memory), its scaling mode at run time.
 template <DType T, int Act>
-__global__ void __launch_bounds__(kTileThreads, 2) block_quantize_kernel(const BlockQuantizeBatch b) {
+__global__ void __launch_bounds__(kTileThreads, kBlockMinBlocks<Act>) block_quantize_kernel(const BlockQuantizeBatch b) {
   __shared__ BlockSmem sm;
   BlockQuantizeParams p = b.item[0];
 #pragma unroll
