@@ -86,31 +86,9 @@ __device__ __forceinline__ void for_tile_rows(const void *x, int64_t rows, int64
   }
 }
 
-// The thread's 4 x 16 elements as floats, all held at once (block quantization needs the
-// amax before the first code). Same `full` rule and zeros as for_tile_rows.
-template <DType T>
-__device__ __forceinline__ void load_tile_rows(const void *x, int64_t rows, int64_t cols, const TileCoords &tc,
-                                               bool full, float (&f)[kRowsPerThread][kUnit]) {
-  const int64_t r = tc.r0 + kRowsPerThread * tc.g;
-  const int64_t c = tc.c0 + kUnit * tc.u;
-  if (full) {
-    UnitVecs<T> raw[kRowsPerThread];
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) raw[i].load(x, (r + i) * cols + c);
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) raw[i].unpack(f[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kUnit; ++j)
-        f[i][j] = (r + i < rows && c + j < cols) ? load_scalar<T>(x, (r + i) * cols + c + j) : 0.0f;
-  }
-}
-
 // The thread's 4 x 16 elements as loaded, unpacked to floats one row at a time where used: 16-bit
-// inputs take 32 registers so, not the 64 of load_tile_rows' floats (block quantization holds the
-// tile across its amax reductions). Same `full` rule and zeros as for_tile_rows.
+// inputs take 32 registers so, not 64 as floats (block quantization holds the whole tile across
+// its amax reductions). Same `full` rule and zeros as for_tile_rows.
 template <DType T>
 struct TileRowsRaw {
   using Storage = typename InType<T>::Storage;
