@@ -25,7 +25,8 @@ __device__ float sigmoid_by_division(float x) {
 }
 
 __global__ void sigmoid_kernel(ExhaustiveResult *out) {
-  for (uint64_t u = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; u < kUnits; u += uint64_t(gridDim.x) * blockDim.x) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t u = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; u < kUnits; u += stride) {
     const uint32_t base = static_cast<uint32_t>(u * kUnit);
     float x[kUnit], s[kUnit];
 #pragma unroll
@@ -39,7 +40,8 @@ __global__ void sigmoid_kernel(ExhaustiveResult *out) {
 
 template <DType T>
 __global__ void round_unit_kernel(ExhaustiveResult *out) {
-  for (uint64_t u = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; u < kUnits; u += uint64_t(gridDim.x) * blockDim.x) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t u = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; u < kUnits; u += stride) {
     const uint32_t base = static_cast<uint32_t>(u * kUnit);
     float f[kUnit];
 #pragma unroll
@@ -82,7 +84,8 @@ bool exhaustive_sigmoid(ExhaustiveResult *r, std::string *error) {
 }
 
 bool exhaustive_round_unit(DType t, ExhaustiveResult *r, std::string *error) {
-  if (t == DType::BF16) return run([](ExhaustiveResult *d) { round_unit_kernel<DType::BF16><<<kBlocks, kThreads>>>(d); }, r, error);
+  if (t == DType::BF16)
+    return run([](ExhaustiveResult *d) { round_unit_kernel<DType::BF16><<<kBlocks, kThreads>>>(d); }, r, error);
   return run([](ExhaustiveResult *d) { round_unit_kernel<DType::F16><<<kBlocks, kThreads>>>(d); }, r, error);
 }
 

@@ -32,9 +32,9 @@ __device__ __forceinline__ float dgelu(float x) {
 
 // 1 / y correctly rounded for y in [1, kReciprocalLimit): the approximate reciprocal and the two
 // refinement steps that __fdiv_rn(1.0f, y) takes when its range check passes, so the same bits
-// (the GPU test compares the two for every float in the range) without the check's branch and the
-// call to the division's slow path, whose clobbered registers cost the activation kernels more
-// than the division itself.
+// (CudaExhaustiveMath compares map_sigmoid with the division for every float x) without the
+// check's branch and the call to the division's slow path, whose clobbered registers cost the
+// activation kernels more than the division itself.
 constexpr float kReciprocalLimit = 0x1p64f;
 __device__ __forceinline__ float reciprocal_in_range(float y) {
   float r;
@@ -57,7 +57,8 @@ __device__ __forceinline__ float dsilu(float x) { return dsilu_of(x, sigmoid(x))
 // f[k] = fn(k, sigmoid(x[k])) for N elements, with one test for the whole group, made before any
 // element is computed (so that no input lives longer than its element): for x >= -44,
 // 1 + exp(-x) lies in [1, 1.3e19], inside reciprocal_in_range's range, and the group needs
-// neither branch nor call per element; a group with a smaller x (or a NaN) takes the division.
+// neither branch nor call per element; a group with a smaller x (or a NaN) takes sigmoid(), which
+// tests each element and divides where the range is left.
 constexpr float kSigmoidInRange = -44.0f;
 template <int N, class Fn>
 __device__ __forceinline__ void map_sigmoid(const float (&x)[N], float (&f)[N], Fn &&fn) {

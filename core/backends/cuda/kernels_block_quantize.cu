@@ -81,13 +81,14 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   };
   if constexpr (Act > 0) {
     // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
-    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, [&](int i, const float (&v)[kUnit]) {
+    auto keep_row = [&](int i, const float (&v)[kUnit]) {
 #pragma unroll
       for (int k = 0; k < kRowsPerThread; ++k)
 #pragma unroll
         for (int j = 0; j < kUnit; ++j)
           if (k == i) f[k][j] = v[j];
-    });
+    };
+    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, keep_row);
   } else {
     tile.load(p.x, p.rows, p.cols, tc, full);
   }
@@ -217,7 +218,8 @@ constexpr int kBlockMinBlocks = Act > 0 ? 2 : 3;
 // tensor is selected with constant indices (a dynamic index into the parameters would copy them
 // to local memory), its scaling mode at run time.
 template <DType T, int Act>
-__global__ void __launch_bounds__(kTileThreads, kBlockMinBlocks<Act>) block_quantize_kernel(const BlockQuantizeBatch b) {
+__global__ void __launch_bounds__(kTileThreads, kBlockMinBlocks<Act>)
+    block_quantize_kernel(const BlockQuantizeBatch b) {
   __shared__ BlockSmem sm;
   BlockQuantizeParams p = b.item[0];
 #pragma unroll
