@@ -232,8 +232,9 @@ __device__ __forceinline__ void unpack16(const uint4 v, float *f) {
         f[2 * j] = __uint_as_float(w[j] << 16);
         f[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
       } else {
-        // F16: the hardware conversion is exact for finite values; a NaN's payload never
-        // matters where vector loads are used (casts and amax only test for NaN).
+        // F16: the hardware conversion is exact for finite values; where these loads are used
+        // (casts, block quantization, amax) codes and amaxes only test for NaN, and a bias
+        // gradient summed from them is NaN there, though not with the CPU's payload.
         const float2 p = __half22float2(*reinterpret_cast<const __half2 *>(&w[j]));
         f[2 * j] = p.x;
         f[2 * j + 1] = p.y;

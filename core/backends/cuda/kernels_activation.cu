@@ -1,6 +1,6 @@
 // Activations (ReLU, GELU, SReLU; the gated SwiGLU and GEGLU) and their gradients, elementwise
-// (activation_math.cuh has the formulas; the FP8 casts of delayed scaling also run them, fused:
-// kernels_cast_transpose.cu).
+// (activation_math.cuh has the formulas; the FP8 casts, block quantization and current scaling's
+// amax pass also run them, fused, through activation_tile.cuh).
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
