@@ -166,6 +166,10 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
         cases.push_back({kind, a, bwd, DType::BF16, 131, 200, bwd, nans});  // ragged tiles; gated halves of 100
         cases.push_back({kind, a, bwd, DType::F32, 128, 160, false, nans});  // halves of 80 (not a multiple of 128)
         cases.push_back({kind, a, bwd, DType::F16, 32, 64, bwd, nans});     // one row of tiles: dbias written directly
+        // Gated halves of whole tiles (256): the backward's tiles of d a and d b are cast in pairs,
+        // full and with ragged rows.
+        cases.push_back({kind, a, bwd, DType::BF16, 256, 512, bwd, nans});
+        cases.push_back({kind, a, bwd, DType::F16, 200, 512, bwd, nans});
         if (kind == K::Current) {
           // More tiles than amax blocks (each block takes several), and a NaN amax.
           cases.push_back({kind, a, bwd, DType::BF16, 2304, 2048, false, false});

@@ -59,6 +59,10 @@ __device__ __forceinline__ ActivationTile with_class(ActivationTile at) {
   return at;
 }
 
+// Class Cls is a gated activation's backward (x = [d a | d b]).
+template <int Cls>
+constexpr bool kGatedGrad = Cls >= 1 && ((Cls - 1) & 1) != 0 && ((Cls - 1) & 2) != 0;
+
 // v rounded to T, as activation_forward / activation_backward store their results.
 template <DType T>
 __device__ __forceinline__ float round_to(float v) {
@@ -145,6 +149,62 @@ __device__ __forceinline__ void activation_unit(const ActivationTile &at, bool s
     map_unit<T>(f, [&](int k) { return mul(g[k], dsrelu(a[k])); });
   } else {
     map_unit<T>(f, [&](int k) { return mul(g[k], dgelu(a[k])); });
+  }
+}
+
+// A gated backward's two elements from one (a, b, g) unit: fn(true, d b) then fn(false, d a), each
+// the bits activation_unit gives for its half; SwiGLU's sigmoid is taken once for both.
+template <DType T, class Fn>
+__device__ __forceinline__ void gated_grad_units(const ActivationTile &at, const float (&a)[kUnit],
+                                                 const float (&b)[kUnit], const float (&g)[kUnit], Fn &&fn) {
+  using namespace act_math;
+  float f[kUnit];
+  if (at.kind == Activation::SwiGLU) {
+    float s[kUnit];
+    map_sigmoid(a, s, [](int, float sig) { return sig; });
+#pragma unroll
+    for (int k = 0; k < kUnit; ++k) f[k] = mul(g[k], silu_of(a[k], s[k]));
+    round_unit<T>(f);
+    fn(true, f);
+#pragma unroll
+    for (int k = 0; k < kUnit; ++k) f[k] = mul(mul(g[k], dsilu_of(a[k], s[k])), b[k]);
+    round_unit<T>(f);
+    fn(false, f);
+    return;
+  }
+  activation_unit<T>(at, true, a, b, g, f);
+  fn(true, f);
+  activation_unit<T>(at, false, a, b, g, f);
+  fn(false, f);
+}
+
+// Whether a gated backward's x of `cols` columns is cast by pairs of tiles
+// (for_tile_gated_grad_pairs): each half a whole number of tiles, vector loads.
+inline bool gated_grad_paired(const ActivationTile &at, int64_t cols) {
+  return at.active && at.backward && at.gated && at.vec && cols > 0 && (cols / 2) % kTile == 0;
+}
+
+// x = [d a | d b] of a gated backward (gated_grad_paired) by pairs of tiles: the tile at tc, in
+// d a's half, and the one cols / 2 to its right, in d b's. The two elements of a pair come from
+// the same a, b and g: each is read once, not once per tile, and SwiGLU's sigmoid taken once.
+// row_fn(i, second, f) for the thread's 4 rows, d b's row (second) before d a's. Full tiles only
+// (both in bounds: the same rows).
+template <DType T, class RowFn>
+__device__ __forceinline__ void for_tile_gated_grad_pairs(const ActivationTile &at, int64_t cols, const TileCoords &tc,
+                                                          RowFn &&row_fn) {
+  const int64_t half = cols / 2;
+  const int64_t r0 = tc.r0 + kRowsPerThread * tc.g, j = tc.c0 + kUnit * tc.u;
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    UnitVecs<T> va, vb, vg;
+    va.load(at.pre, (r0 + i) * cols + j);
+    vb.load(at.pre, (r0 + i) * cols + j + half);
+    vg.load(at.grad, (r0 + i) * half + j);
+    float a[kUnit], b[kUnit], g[kUnit];
+    va.unpack(a);
+    vb.unpack(b);
+    vg.unpack(g);
+    gated_grad_units<T>(at, a, b, g, [&](bool second, const float (&f)[kUnit]) { row_fn(i, second, f); });
   }
 }
 

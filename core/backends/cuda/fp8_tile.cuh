@@ -5,12 +5,13 @@
 // A warp's load instruction reads 4 rows x 256 contiguous bytes (BF16), its out stores 4 rows x
 // 128 contiguous bytes.
 //
-// The transpose goes through shared memory as codes: each thread turns its 4 rows x 4 columns
-// byte blocks into 4 column words with byte permutes, and stores words to smem_t[col][row],
-// a [128][128] byte array whose 16-byte units are XOR-swizzled by (col / 16) % 8. A warp's word
-// stores then hit 32 distinct banks, and its 16-byte reads of one transposed row are
-// conflict-free too. The transposed tile is written to out_t as 16-byte vectors, 128 contiguous
-// bytes per out_t row.
+// The transpose goes through shared memory as codes, row by row: each thread stores a row's 16
+// codes (the 16-byte vector it also writes to out) to smem_t, a [128][128] byte array in x's
+// orientation whose 16-byte units are XOR-swizzled by (row / 16) % 8, as soon as the row is
+// encoded, so no thread holds its codes for out_t until the tile ends. After a barrier each
+// thread reads a 16-row x 4-column block as 16 words, turns it into 4 column vectors with byte
+// permutes and writes them to out_t: a warp's word reads hit 32 distinct banks, and 8 of its
+// threads write 128 contiguous bytes of one out_t row.
 #pragma once
 
 #include "backends/cuda/fp8_convert.cuh"
@@ -126,59 +127,49 @@ __device__ __forceinline__ void store_row_codes(uint8_t *out, int64_t rows, int6
     if (c + j < cols) out[r * cols + c + j] = static_cast<uint8_t>(w[j >> 2] >> (8 * (j & 3)));
 }
 
-// Byte offset of (tile column cl, tile row rl) in the swizzled transposed tile.
-__device__ __forceinline__ int smem_t_offset(int cl, int rl) {
-  return cl * kTile + ((((rl >> 4) ^ (cl >> 4)) & 7) << 4) + (rl & 15);
+// Byte offset of (tile row rl, tile column cl) in the swizzled tile of codes.
+__device__ __forceinline__ int smem_t_offset(int rl, int cl) {
+  return rl * kTile + ((((cl >> 4) ^ (rl >> 4)) & 7) << 4) + (cl & 15);
 }
 
-// Writes the thread's codes for out_t into smem_t: w[i][q] holds row i's columns 4q..4q+3.
-__device__ __forceinline__ void stash_transposed(uint8_t *smem_t, const TileCoords &tc,
-                                                 const uint32_t (&w)[kRowsPerThread][4]) {
-  const int rl = kRowsPerThread * tc.g;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint32_t t0 = __byte_perm(w[0][q], w[1][q], 0x5140);
-    const uint32_t t1 = __byte_perm(w[0][q], w[1][q], 0x7362);
-    const uint32_t t2 = __byte_perm(w[2][q], w[3][q], 0x5140);
-    const uint32_t t3 = __byte_perm(w[2][q], w[3][q], 0x7362);
-    const uint32_t col[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
-                             __byte_perm(t1, t3, 0x7632)};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int cl = kUnit * tc.u + 4 * q + j;
-      *reinterpret_cast<uint32_t *>(smem_t + smem_t_offset(cl, rl)) = col[j];
-    }
-  }
+// Stores the thread's row i of codes (w: columns 4q .. 4q+3 in word q) for out_t.
+__device__ __forceinline__ void stash_row_codes(uint8_t *smem_t, const TileCoords &tc, int i, const uint32_t (&w)[4]) {
+  *reinterpret_cast<uint4 *>(smem_t + smem_t_offset(kRowsPerThread * tc.g + i, kUnit * tc.u)) =
+      make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Writes the transposed tile from smem_t to out_t ([cols, rows]); call after a barrier.
+// Writes the tile of codes in smem_t transposed to out_t ([cols, rows]); call after a barrier
+// that follows every thread's stash_row_codes. Thread t takes tile rows 16p .. 16p+15 (p = t % 8)
+// of tile columns 4k .. 4k+3 (k = t / 8).
 __device__ __forceinline__ void write_transposed(const uint8_t *smem_t, uint8_t *out_t, int64_t rows, int64_t cols,
                                                  const TileCoords &tc, bool full) {
+  const int p = threadIdx.x & 7, k = threadIdx.x >> 3;
+  uint32_t v[4][4];  // v[j][m]: column 4k+j, rows 16p+4m .. +3
 #pragma unroll
-  for (int k = 0; k < kTile * kTile / 16 / kTileThreads; ++k) {
-    const int idx = threadIdx.x + k * kTileThreads;
-    const int cl = idx >> 3, p = idx & 7;
-    const uint4 v = *reinterpret_cast<const uint4 *>(smem_t + smem_t_offset(cl, 16 * p));
-    const int64_t c = tc.c0 + cl, r = tc.r0 + 16 * p;
+  for (int m = 0; m < 4; ++m) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t *>(smem_t + smem_t_offset(16 * p + 4 * m + i, 4 * k));
+    // The 4 x 4 bytes (rows i, columns j) to 4 words of one column each.
+    const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
+    v[0][m] = __byte_perm(t0, t2, 0x5410);
+    v[1][m] = __byte_perm(t0, t2, 0x7632);
+    v[2][m] = __byte_perm(t1, t3, 0x5410);
+    v[3][m] = __byte_perm(t1, t3, 0x7632);
+  }
+  const int64_t r = tc.r0 + 16 * p;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = tc.c0 + 4 * k + j;
     if (full) {
-      *reinterpret_cast<uint4 *>(out_t + c * rows + r) = v;
+      *reinterpret_cast<uint4 *>(out_t + c * rows + r) = make_uint4(v[j][0], v[j][1], v[j][2], v[j][3]);
     } else if (c < cols) {
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int b = 0; b < 16; ++b)
-        if (r + b < rows) out_t[c * rows + r + b] = static_cast<uint8_t>(w[b >> 2] >> (8 * (b & 3)));
+        if (r + b < rows) out_t[c * rows + r + b] = static_cast<uint8_t>(v[j][b >> 2] >> (8 * (b & 3)));
     }
   }
-}
-
-// wt[i] = w for a row index i that may be a run-time value (the partial-tile path): constant
-// indices only, so wt stays in registers.
-__device__ __forceinline__ void set_row_words(uint32_t (&wt)[kRowsPerThread][4], int i, const uint32_t (&w)[4]) {
-#pragma unroll
-  for (int k = 0; k < kRowsPerThread; ++k)
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      if (k == i) wt[k][q] = w[q];
 }
 
 // Max of |x| bits over the thread's 16 elements of one row.

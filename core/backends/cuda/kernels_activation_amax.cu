@@ -16,7 +16,8 @@ namespace {
 
 struct ActivationAmaxItem {
   ActivationTile act;
-  int64_t rows, cols, tiles_c, tiles;
+  int64_t rows, cols, tiles_c, tiles;  // paired: tiles of d a's half only
+  bool paired;                         // a gated backward by pairs of tiles (gated_grad_paired)
   uint32_t *partials;
   unsigned first_block, blocks;  // the item's blocks in the grid; block b takes tiles b, b + blocks, ..
 };
@@ -42,9 +43,24 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
 #pragma unroll 1
   for (int64_t t = b; t < it.tiles; t += it.blocks) {
     const TileCoords tc = tile_coords(it.tiles_c, t);
+    const bool full = tile_is_full(tc, it.rows, it.cols, true);
+    auto row_max = [&](int, const float (&f)[kUnit]) { m = max(m, row_abs_max(f)); };
+    if constexpr (kGatedGrad<Cls>) {
+      if (it.paired) {
+        // The tile at tc and the one in d b's half beside it, as the cast takes them.
+        if (full) {
+          for_tile_gated_grad_pairs<T>(at, it.cols, tc, [&](int i, bool, const float (&f)[kUnit]) { row_max(i, f); });
+        } else {
+          TileCoords tb = tc;
+          tb.c0 += it.cols / 2;
+          for_tile_activation_rows<T>(at, it.rows, it.cols, tc, false, row_max);
+          for_tile_activation_rows<T>(at, it.rows, it.cols, tb, false, row_max);
+        }
+        continue;
+      }
+    }
     // Zeros outside x never change the amax.
-    for_tile_activation_rows<T>(at, it.rows, it.cols, tc, tile_is_full(tc, it.rows, it.cols, true),
-                                [&](int, const float (&f)[kUnit]) { m = max(m, row_abs_max(f)); });
+    for_tile_activation_rows<T>(at, it.rows, it.cols, tc, full, row_max);
   }
   m = block_max_u32(m, scratch);
   if (threadIdx.x == 0) it.partials[b] = m;
@@ -75,7 +91,8 @@ void activation_amax_partials(const TensorView *xs, const ActivationSource *sour
       q.rows = xs[i].numel() == 0 ? 0 : xs[i].rows();
       q.cols = xs[i].numel() == 0 ? 0 : xs[i].cols();
       q.act = activation_tile(sources[i], q.cols);
-      q.tiles_c = q.cols == 0 ? 1 : (q.cols + kTile - 1) / kTile;
+      q.paired = gated_grad_paired(q.act, q.cols);
+      q.tiles_c = q.cols == 0 ? 1 : q.paired ? q.cols / 2 / kTile : (q.cols + kTile - 1) / kTile;
       q.tiles = q.rows == 0 ? 0 : q.tiles_c * ((q.rows + kTile - 1) / kTile);
       q.partials = partials + static_cast<size_t>(i) * kAmaxPartialBlocks;
       // At least one block: it writes the partial (0) of an empty tensor.

@@ -179,17 +179,17 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
     float s[kUnit];
 #pragma unroll
     for (int j = 0; j < kUnit; ++j) s[j] = Mode == ScalingMode::Block1x128 ? col_scale[kUnit * tc.u + j] : tile_scale_t;
-    uint32_t wt[kRowsPerThread][4];
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       float fi[kUnit];
       row(i, fi);
+      uint32_t w[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        wt[i][q] = encode4_rt(p.out_t_fmt, __fmul_rn(fi[4 * q], s[4 * q]), __fmul_rn(fi[4 * q + 1], s[4 * q + 1]),
-                              __fmul_rn(fi[4 * q + 2], s[4 * q + 2]), __fmul_rn(fi[4 * q + 3], s[4 * q + 3]));
+        w[q] = encode4_rt(p.out_t_fmt, __fmul_rn(fi[4 * q], s[4 * q]), __fmul_rn(fi[4 * q + 1], s[4 * q + 1]),
+                          __fmul_rn(fi[4 * q + 2], s[4 * q + 2]), __fmul_rn(fi[4 * q + 3], s[4 * q + 3]));
+      stash_row_codes(smem_t, tc, i, w);
     }
-    stash_transposed(smem_t, tc, wt);
     __syncthreads();
     write_transposed(smem_t, p.out_t, p.rows, p.cols, tc, full);
   }

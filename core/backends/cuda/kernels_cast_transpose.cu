@@ -42,6 +42,7 @@ struct CastItemParams {
   void *dbias;
   DType dbias_dtype;
   ActivationTile act;      // optional: x is computed from an activation's input, not read
+  bool paired;             // a gated backward cast by pairs of tiles (gated_grad_paired)
   int out_fmt, out_t_fmt;  // Fp8Fmt of out / out_t, for the kernel of run-time formats
 };
 
@@ -76,7 +77,8 @@ constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
 __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>)
     cast_transpose_kernel(const CastTransposeParams p) {
-  __shared__ alignas(16) uint8_t smem_t[OutTFmt != kFmtNone ? kTile * kTile : 16];
+  // The tile's codes for out_t (fp8_tile.cuh); a gated backward's pair of tiles takes two.
+  __shared__ alignas(16) uint8_t smem_t[kGatedGrad<Act> ? 2 : 1][OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
   __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias
   const CastItemParams it = block_item(p);
@@ -104,10 +106,11 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>
   }
 
   uint32_t m = 0;
-  uint32_t wt[kRowsPerThread][4];
-  float cs[kUnit] = {};
   const bool dbias = Dbias && it.dbias != nullptr;
-  auto cast_row = [&](int i, const float (&f)[kUnit]) {
+  const bool has_out_t = OutTFmt == kFmtRuntime ? it.out_t != nullptr : OutTFmt != kFmtNone;  // block-uniform
+  // Row i of tile t (whose codes for out_t go to smem): amax, codes, column sums cs.
+  auto cast_row = [&](uint8_t *smem, float (&cs)[kUnit], const TileCoords &t, bool full_t, int i,
+                      const float (&f)[kUnit]) {
     m = max(m, row_abs_max(f));
     if (dbias) {
 #pragma unroll
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>
     float v[kUnit];
 #pragma unroll
     for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
+    const int64_t r = t.r0 + kRowsPerThread * t.g + i, c = t.c0 + kUnit * t.u;
     if constexpr (OutFmt == kFmtRuntime) {
       // Formats read at run time (the activation kernels: the activation is the cost).
       const bool shared_words = it.out != nullptr && it.out_t_fmt == it.out_fmt;
@@ -123,44 +127,73 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>
         uint32_t w[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) w[q] = encode4_rt(it.out_fmt, v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-        store_row_codes(it.out, it.rows, it.cols, tc.r0 + kRowsPerThread * tc.g + i, tc.c0 + kUnit * tc.u, full, w);
-        if (shared_words) set_row_words(wt, i, w);
+        store_row_codes(it.out, it.rows, it.cols, r, c, full_t, w);
+        if (shared_words) stash_row_codes(smem, t, i, w);
       }
       if (it.out_t != nullptr && !shared_words) {
         uint32_t w[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) w[q] = encode4_rt(it.out_t_fmt, v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-        set_row_words(wt, i, w);
+        stash_row_codes(smem, t, i, w);
       }
     } else {
       if constexpr (OutFmt != kFmtNone) {
         uint32_t w[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) w[q] = encode4<OutFmt>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-        store_row_codes(it.out, it.rows, it.cols, tc.r0 + kRowsPerThread * tc.g + i, tc.c0 + kUnit * tc.u, full, w);
-        if constexpr (OutTFmt == OutFmt) set_row_words(wt, i, w);
+        store_row_codes(it.out, it.rows, it.cols, r, c, full_t, w);
+        if constexpr (OutTFmt == OutFmt) stash_row_codes(smem, t, i, w);
       }
       if constexpr (OutTFmt != kFmtNone && OutTFmt != OutFmt) {
         uint32_t w[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) w[q] = encode4<OutTFmt>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-        set_row_words(wt, i, w);
+        stash_row_codes(smem, t, i, w);
       }
     }
   };
-  if constexpr (Act > 0) for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row);
-  else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row);
-
-  if (OutTFmt == kFmtRuntime ? it.out_t != nullptr : OutTFmt != kFmtNone) {  // block-uniform
-    stash_transposed(smem_t, tc, wt);
-    __syncthreads();
-    write_transposed(smem_t, it.out_t, it.rows, it.cols, tc, full);
+  // After every row of tile t: its out_t and bias-gradient partials.
+  auto finish_tile = [&](const uint8_t *smem, float (&cs)[kUnit], const TileCoords &t, bool full_t) {
+    if (has_out_t) {
+      __syncthreads();
+      write_transposed(smem, it.out_t, it.rows, it.cols, t, full_t);
+    }
+    if (dbias) {
+      const bool direct = it.rows <= kTile;  // one row of tiles: these sums are the gradient
+      void *row = direct ? it.dbias : static_cast<float *>(it.dbias) + (t.r0 / kTile) * it.cols;
+      tile_column_sums(cs, t, it.cols, col_sums[0], row, direct ? it.dbias_dtype : DType::F32);
+    }
+  };
+  float cs[kUnit] = {};
+  auto cast_row_here = [&](int i, const float (&f)[kUnit]) { cast_row(smem_t[0], cs, tc, full, i, f); };
+  auto cast_pair = [&](auto act_cls) {
+    constexpr int Cls = decltype(act_cls)::value;
+    // The pair's second tile, in d b's half.
+    TileCoords tb = tc;
+    tb.c0 += it.cols / 2;
+    float cs_b[kUnit] = {};
+    auto cast_row_b = [&](int i, const float (&f)[kUnit]) { cast_row(smem_t[1], cs_b, tb, full, i, f); };
+    if (full) {
+      for_tile_gated_grad_pairs<T>(with_class<Cls>(it.act), it.cols, tc,
+                                   [&](int i, bool second, const float (&f)[kUnit]) {
+                                     if (second) cast_row_b(i, f);
+                                     else cast_row_here(i, f);
+                                   });
+    } else {
+      for_tile_activation_rows<T>(with_class<Cls>(it.act), it.rows, it.cols, tc, false, cast_row_here);
+      for_tile_activation_rows<T>(with_class<Cls>(it.act), it.rows, it.cols, tb, false, cast_row_b);
+    }
+    finish_tile(smem_t[0], cs, tc, full);
+    if (dbias) __syncthreads();  // col_sums is reused
+    finish_tile(smem_t[1], cs_b, tb, full);
+  };
+  if constexpr (kGatedGrad<Act>) {
+    if (it.paired) cast_pair(std::integral_constant<int, Act>{});
   }
-
-  if (dbias) {
-    const bool direct = it.rows <= kTile;  // one row of tiles: these sums are the gradient
-    void *row = direct ? it.dbias : static_cast<float *>(it.dbias) + (tc.r0 / kTile) * it.cols;
-    tile_column_sums(cs, tc, it.cols, col_sums[0], row, direct ? it.dbias_dtype : DType::F32);
+  if (!(kGatedGrad<Act> && it.paired)) {
+    if constexpr (Act > 0) for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row_here);
+    else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row_here);
+    finish_tile(smem_t[0], cs, tc, full);
   }
   if (it.amax != nullptr) {
     m = block_max_u32(m, scratch);
@@ -247,6 +280,9 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
     q.dbias = c.dbias, q.dbias_dtype = c.dbias_dtype;
     q.out_fmt = fmt_of(c.out), q.out_t_fmt = fmt_of(c.out_t);
     q.act = activation_tile(c.source, q.cols);
+    // A gated backward by pairs of tiles: the grid covers d a's half, each block one tile of each.
+    q.paired = gated_grad_paired(q.act, q.cols) && q.aligned;
+    if (q.paired) q.tiles_c = q.cols / 2 / kTile;
     // An activation-sourced x cannot take its own amax (the small-tensor path reads x).
     if (q.act.active && c.scale == nullptr && c.partials == nullptr)
       fail(Status::Internal, "cast_transpose_many: an activation source needs a scale or amax partials");
