@@ -32,6 +32,7 @@ struct BlockQuantizeParams {
   void *dbias;           // optional column sums of x, as CastItem's (kernels.h)
   DType dbias_dtype;
   ActivationTile act;    // optional: x is computed from an activation's input, not read
+  bool paired;           // a gated backward (16-bit) by pairs of tiles: the grid covers d a's half
 };
 
 struct BlockQuantizeBatch {
@@ -52,46 +53,19 @@ struct BlockSmem {
   ColumnSumSmem col_sums;
 };
 
-// Tile `bid` of one tensor.
-// Act: every tensor's activation source class (kernels.h's activation_class; 0: none), a template
-// parameter so that each kernel has the registers of its own path only.
-template <DType T, ScalingMode Mode, int Act>
-__device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int64_t bid, BlockSmem &sm) {
+// The amaxes, scales, codes and bias-gradient partials of the tile at tc, whose row i (of the
+// thread's 4) row(i, f) gives as floats; i is a compile-time constant at every call.
+template <DType T, ScalingMode Mode, class RowFn>
+__device__ __forceinline__ void quantize_rows(const BlockQuantizeParams &p, const TileCoords &tc, bool full, RowFn &&row,
+                                              BlockSmem &sm) {
   uint8_t *smem_t = sm.t;
   auto &col_amax = sm.col_amax;
   float *col_scale = sm.col_scale;
   uint32_t *scratch = sm.scratch;
-  const TileCoords tc = tile_coords(p.tiles_c, bid);
-  const bool full = tile_is_full(tc, p.rows, p.cols, p.aligned);
   const int64_t row_blocks = (p.rows + kTile - 1) / kTile;
   const int64_t rb = tc.r0 / kTile, cb = tc.c0 / kTile;
   const int64_t r_first = tc.r0 + kRowsPerThread * tc.g, c_first = tc.c0 + kUnit * tc.u;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-  float f[kRowsPerThread][kUnit];  // an activation's tile (Act > 0)
-  TileRowsRaw<T> tile;             // x as loaded (Act == 0)
-  // Row i of the tile as floats.
-  auto row = [&](int i, float (&fi)[kUnit]) {
-    if constexpr (Act > 0) {
-#pragma unroll
-      for (int j = 0; j < kUnit; ++j) fi[j] = f[i][j];
-    } else {
-      tile.row(i, fi);
-    }
-  };
-  if constexpr (Act > 0) {
-    // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
-    auto keep_row = [&](int i, const float (&v)[kUnit]) {
-#pragma unroll
-      for (int k = 0; k < kRowsPerThread; ++k)
-#pragma unroll
-        for (int j = 0; j < kUnit; ++j)
-          if (k == i) f[k][j] = v[j];
-    };
-    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, keep_row);
-  } else {
-    tile.load(p.x, p.rows, p.cols, tc, full);
-  }
 
   // ---- amaxes and scales ----
   float row_scale[kRowsPerThread];  // out's scale for each of the thread's rows
@@ -208,6 +182,92 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, int6
   }
 }
 
+// Tile tc of one tensor, read or (Act > 0) computed from an activation's source.
+// Act: every tensor's activation source class (kernels.h's activation_class; 0: none), a template
+// parameter so that each kernel has the registers of its own path only.
+template <DType T, ScalingMode Mode, int Act>
+__device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, const TileCoords &tc, BlockSmem &sm) {
+  const bool full = tile_is_full(tc, p.rows, p.cols, p.aligned);
+  if constexpr (Act > 0) {
+    float f[kRowsPerThread][kUnit];
+    // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
+    auto keep_row = [&](int i, const float (&v)[kUnit]) {
+#pragma unroll
+      for (int k = 0; k < kRowsPerThread; ++k)
+#pragma unroll
+        for (int j = 0; j < kUnit; ++j)
+          if (k == i) f[k][j] = v[j];
+    };
+    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, keep_row);
+    quantize_rows<T, Mode>(p, tc, full, [&](int i, float (&fi)[kUnit]) {
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j) fi[j] = f[i][j];
+    }, sm);
+  } else {
+    TileRowsRaw<T> tile;  // x as loaded
+    tile.load(p.x, p.rows, p.cols, tc, full);
+    quantize_rows<T, Mode>(p, tc, full, [&](int i, float (&fi)[kUnit]) { tile.row(i, fi); }, sm);
+  }
+}
+
+// A gated backward's pair of tiles (d a's and d b's) as for_tile_gated_grad_pairs computes them,
+// two 16-bit values per register (exact: the values are rounded to T): 64 registers for both
+// tiles, what one tile takes as floats.
+template <DType T>
+struct GatedGradPairTiles {
+  static_assert(T == DType::BF16 || T == DType::F16, "16-bit values");
+  uint32_t w[2][kRowsPerThread][kUnit / 2];  // [d b's tile?][row][pair of columns]
+  __device__ __forceinline__ static uint32_t bits(float v) {
+    if constexpr (T == DType::BF16) return __float_as_uint(v) >> 16;  // a BF16 value's low half is 0
+    else return float_to_f16_bits(v);
+  }
+  __device__ __forceinline__ static float value(uint32_t h) {
+    if constexpr (T == DType::BF16) return __uint_as_float(h << 16);
+    else return f16_bits_to_float(static_cast<uint16_t>(h));
+  }
+  // Row i of tile `second` (run-time values: stored with constant indices, so w stays in registers).
+  __device__ __forceinline__ void keep(bool second, int i, const float (&f)[kUnit]) {
+    uint32_t v[kUnit / 2];
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) v[j] = bits(f[2 * j]) | (bits(f[2 * j + 1]) << 16);
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int k = 0; k < kRowsPerThread; ++k)
+#pragma unroll
+        for (int j = 0; j < kUnit / 2; ++j)
+          if (t == static_cast<int>(second) && k == i) w[t][k][j] = v[j];
+  }
+  __device__ __forceinline__ void row(int t, int i, float (&f)[kUnit]) const {
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) {
+      f[2 * j] = value(w[t][i][j] & 0xFFFFu);
+      f[2 * j + 1] = value(w[t][i][j] >> 16);
+    }
+  }
+};
+
+// The pair of tiles of a gated backward (gated_grad_paired) at tc, in d a's half, and cols / 2 to
+// its right: a, b and g are read once for both, SwiGLU's sigmoid taken once. Ragged pairs take
+// each tile alone.
+template <DType T, ScalingMode Mode, int Cls>
+__device__ __forceinline__ void quantize_tile_pair(const BlockQuantizeParams &p, const TileCoords &tc, BlockSmem &sm) {
+  TileCoords tb = tc;
+  tb.c0 += p.cols / 2;
+  if (!tile_is_full(tc, p.rows, p.cols, p.aligned)) {
+    quantize_tile<T, Mode, Cls>(p, tc, sm);
+    __syncthreads();  // sm is reused
+    quantize_tile<T, Mode, Cls>(p, tb, sm);
+    return;
+  }
+  GatedGradPairTiles<T> pair;
+  for_tile_gated_grad_pairs<T>(with_class<Cls>(p.act), p.cols, tc,
+                               [&](int i, bool second, const float (&f)[kUnit]) { pair.keep(second, i, f); });
+  quantize_rows<T, Mode>(p, tc, true, [&](int i, float (&fi)[kUnit]) { pair.row(0, i, fi); }, sm);
+  __syncthreads();
+  quantize_rows<T, Mode>(p, tb, true, [&](int i, float (&fi)[kUnit]) { pair.row(1, i, fi); }, sm);
+}
+
 // Blocks per SM the registers must allow. A block holds its whole tile from load to codes, so the
 // memory stays busy only with several blocks per SM: x as loaded fits three; an activation's
 // floats (and its math), two.
@@ -226,8 +286,17 @@ __global__ void __launch_bounds__(kTileThreads, kBlockMinBlocks<Act>)
   for (int i = 1; i < kMaxCastItems; ++i)
     if (i < b.n && blockIdx.x >= b.item[i].first_block) p = b.item[i];
   const int64_t bid = blockIdx.x - p.first_block;
-  if (p.mode == ScalingMode::Block1x128) quantize_tile<T, ScalingMode::Block1x128, Act>(p, bid, sm);
-  else quantize_tile<T, ScalingMode::Block128x128, Act>(p, bid, sm);
+  if constexpr (kGatedGrad<Act> && T != DType::F32) {
+    if (p.paired) {
+      const TileCoords tc = tile_coords(p.cols / 2 / kTile, bid);
+      if (p.mode == ScalingMode::Block1x128) quantize_tile_pair<T, ScalingMode::Block1x128, Act>(p, tc, sm);
+      else quantize_tile_pair<T, ScalingMode::Block128x128, Act>(p, tc, sm);
+      return;
+    }
+  }
+  const TileCoords tc = tile_coords(p.tiles_c, bid);
+  if (p.mode == ScalingMode::Block1x128) quantize_tile<T, ScalingMode::Block1x128, Act>(p, tc, sm);
+  else quantize_tile<T, ScalingMode::Block128x128, Act>(p, tc, sm);
 }
 
 // The parameters of one tensor; false when it has nothing to write (no blocks, no scales).
@@ -254,6 +323,7 @@ bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
   p.dbias = q.dbias;
   p.dbias_dtype = q.dbias_dtype;
   p.act = activation_tile(q.source, p.cols);
+  p.paired = gated_grad_paired(p.act, p.cols) && x.dtype != DType::F32;
   *out_p = p;
   return true;
 }
@@ -279,7 +349,7 @@ void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t str
     BlockQuantizeParams p;
     if (!tensor_params(items[i], &p)) continue;
     p.first_block = grid;
-    grid += static_cast<unsigned>(p.tiles_c * ((p.rows + kTile - 1) / kTile));
+    grid += static_cast<unsigned>((p.paired ? p.tiles_c / 2 : p.tiles_c) * ((p.rows + kTile - 1) / kTile));
     b.item[b.n++] = p;
   }
   if (b.n == 0) return;
