@@ -64,8 +64,9 @@ __device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &
 // Blocks per SM the register budget must allow. A block has its whole tile's loads in flight
 // only until it starts casting, so the memory stays busy only with several blocks per SM: left
 // free, the compiler took 107 registers for the BF16 cast (two blocks per SM), and the H200
-// reached 0.85x of a device copy; at three blocks (71 registers, no spill) it reaches 0.91x,
-// and four gain nothing more. A bias gradient (16 column sums) or an activation's math need more
+// reached 0.85x of a device copy; at three blocks (71 registers then, no spill; 56-64 since a
+// tile's codes for out_t go to shared memory row by row) it reaches 0.91x, and four gain nothing
+// more (measured again at 56-64 registers). A bias gradient (16 column sums) or an activation's math need more
 // registers: two blocks.
 template <bool Dbias, bool Act>
 constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
@@ -166,31 +167,31 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>
   };
   float cs[kUnit] = {};
   auto cast_row_here = [&](int i, const float (&f)[kUnit]) { cast_row(smem_t[0], cs, tc, full, i, f); };
-  auto cast_pair = [&](auto act_cls) {
-    constexpr int Cls = decltype(act_cls)::value;
-    // The pair's second tile, in d b's half.
-    TileCoords tb = tc;
-    tb.c0 += it.cols / 2;
-    float cs_b[kUnit] = {};
-    auto cast_row_b = [&](int i, const float (&f)[kUnit]) { cast_row(smem_t[1], cs_b, tb, full, i, f); };
-    if (full) {
-      for_tile_gated_grad_pairs<T>(with_class<Cls>(it.act), it.cols, tc,
-                                   [&](int i, bool second, const float (&f)[kUnit]) {
-                                     if (second) cast_row_b(i, f);
-                                     else cast_row_here(i, f);
-                                   });
-    } else {
-      for_tile_activation_rows<T>(with_class<Cls>(it.act), it.rows, it.cols, tc, false, cast_row_here);
-      for_tile_activation_rows<T>(with_class<Cls>(it.act), it.rows, it.cols, tb, false, cast_row_b);
-    }
-    finish_tile(smem_t[0], cs, tc, full);
-    if (dbias) __syncthreads();  // col_sums is reused
-    finish_tile(smem_t[1], cs_b, tb, full);
-  };
+  bool paired = false;
   if constexpr (kGatedGrad<Act>) {
-    if (it.paired) cast_pair(std::integral_constant<int, Act>{});
+    paired = it.paired;
+    if (paired) {
+      // The pair's second tile, in d b's half.
+      TileCoords tb = tc;
+      tb.c0 += it.cols / 2;
+      float cs_b[kUnit] = {};
+      auto cast_row_b = [&](int i, const float (&f)[kUnit]) { cast_row(smem_t[1], cs_b, tb, full, i, f); };
+      const ActivationTile at = with_class<Act>(it.act);
+      if (full) {
+        for_tile_gated_grad_pairs<T>(at, it.cols, tc, [&](int i, bool second, const float (&f)[kUnit]) {
+          if (second) cast_row_b(i, f);
+          else cast_row_here(i, f);
+        });
+      } else {
+        for_tile_activation_rows<T>(at, it.rows, it.cols, tc, false, cast_row_here);
+        for_tile_activation_rows<T>(at, it.rows, it.cols, tb, false, cast_row_b);
+      }
+      finish_tile(smem_t[0], cs, tc, full);
+      if (dbias) __syncthreads();  // col_sums is reused
+      finish_tile(smem_t[1], cs_b, tb, full);
+    }
   }
-  if (!(kGatedGrad<Act> && it.paired)) {
+  if (!paired) {
     if constexpr (Act > 0) for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row_here);
     else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row_here);
     finish_tile(smem_t[0], cs, tc, full);
