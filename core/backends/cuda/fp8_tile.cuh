@@ -149,7 +149,8 @@ __device__ __forceinline__ void write_transposed(const uint8_t *smem_t, uint8_t 
   for (int m = 0; m < 4; ++m) {
     uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t *>(smem_t + smem_t_offset(16 * p + 4 * m + i, 4 * k));
+    for (int i = 0; i < 4; ++i)
+      w[i] = *reinterpret_cast<const uint32_t *>(smem_t + smem_t_offset(16 * p + 4 * m + i, 4 * k));
     // The 4 x 4 bytes (rows i, columns j) to 4 words of one column each.
     const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
     const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);

@@ -56,8 +56,8 @@ struct BlockSmem {
 // The amaxes, scales, codes and bias-gradient partials of the tile at tc, whose row i (of the
 // thread's 4) row(i, f) gives as floats; i is a compile-time constant at every call.
 template <DType T, ScalingMode Mode, class RowFn>
-__device__ __forceinline__ void quantize_rows(const BlockQuantizeParams &p, const TileCoords &tc, bool full, RowFn &&row,
-                                              BlockSmem &sm) {
+__device__ __forceinline__ void quantize_rows(const BlockQuantizeParams &p, const TileCoords &tc, bool full,
+                                              RowFn &&row, BlockSmem &sm) {
   uint8_t *smem_t = sm.t;
   auto &col_amax = sm.col_amax;
   float *col_scale = sm.col_scale;

@@ -66,8 +66,8 @@ __device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &
 // free, the compiler took 107 registers for the BF16 cast (two blocks per SM), and the H200
 // reached 0.85x of a device copy; at three blocks (71 registers then, no spill; 56-64 since a
 // tile's codes for out_t go to shared memory row by row) it reaches 0.91x, and four gain nothing
-// more (measured again at 56-64 registers). A bias gradient (16 column sums) or an activation's math need more
-// registers: two blocks.
+// more (measured again at 56-64 registers). A bias gradient (16 column sums) or an activation's
+// math need more registers: two blocks.
 template <bool Dbias, bool Act>
 constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 
@@ -192,8 +192,10 @@ __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>
     }
   }
   if (!paired) {
-    if constexpr (Act > 0) for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row_here);
-    else for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row_here);
+    if constexpr (Act > 0)
+      for_tile_activation_rows<T>(with_class<Act>(it.act), it.rows, it.cols, tc, full, cast_row_here);
+    else
+      for_tile_rows<T>(it.x, it.rows, it.cols, tc, full, cast_row_here);
     finish_tile(smem_t[0], cs, tc, full);
   }
   if (it.amax != nullptr) {
