@@ -170,6 +170,7 @@ TEST_F(CudaActivationCast, FusedEqualsActivationThenCast) {
         // full and with ragged rows.
         cases.push_back({kind, a, bwd, DType::BF16, 256, 512, bwd, nans});
         cases.push_back({kind, a, bwd, DType::F16, 200, 512, bwd, nans});
+        cases.push_back({kind, a, bwd, DType::F32, 128, 256, false, nans});  // F32: pairs, block's alone
         if (kind == K::Current) {
           // More tiles than amax blocks (each block takes several), and a NaN amax.
           cases.push_back({kind, a, bwd, DType::BF16, 2304, 2048, false, false});
