@@ -1,7 +1,9 @@
 // Tiles of a tensor that is an activation's output or gradient (ActivationSource, backend.h),
 // computed where a cast reads its tile instead of read from memory: for_tile_activation_rows
-// stands in for fp8_tile.cuh's for_tile_rows. The values are those activation_forward /
-// activation_backward store (the formulas of activation_math.cuh, rounded to the dtype).
+// stands in for fp8_tile.cuh's for_tile_rows, and for_tile_gated_grad_pairs gives a gated
+// backward's d a and d b tiles together (one read of their common inputs). The values are those
+// activation_forward / activation_backward store (the formulas of activation_math.cuh, rounded to
+// the dtype).
 #pragma once
 
 #include <type_traits>
