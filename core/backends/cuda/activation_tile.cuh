@@ -181,9 +181,10 @@ __device__ __forceinline__ void gated_grad_units(const ActivationTile &at, const
 }
 
 // Whether a gated backward's x of `cols` columns is cast by pairs of tiles
-// (for_tile_gated_grad_pairs): each half a whole number of tiles, vector loads.
+// (for_tile_gated_grad_pairs): each half a whole number of tiles (cols itself, so that no column
+// of an odd width is left out), vector loads.
 inline bool gated_grad_paired(const ActivationTile &at, int64_t cols) {
-  return at.active && at.backward && at.gated && at.vec && cols > 0 && (cols / 2) % kTile == 0;
+  return at.active && at.backward && at.gated && at.vec && cols > 0 && cols % (2 * kTile) == 0;
 }
 
 // x = [d a | d b] of a gated backward (gated_grad_paired) by pairs of tiles: the tile at tc, in
