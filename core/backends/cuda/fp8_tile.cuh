@@ -38,6 +38,17 @@ __device__ __forceinline__ TileCoords tile_coords(int64_t tiles_c, int64_t bid =
   return tc;
 }
 
+// dst[i] = src for a run-time row index i (rows arrive from loops over the thread's rows), stored
+// with constant indices: a dynamic index would move dst from registers to local memory.
+template <class V, int N, int M>
+__device__ __forceinline__ void set_row_at(V (&dst)[N][M], int i, const V (&src)[M]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int j = 0; j < M; ++j)
+      if (k == i) dst[k][j] = src[j];
+}
+
 // The 16-byte vectors of one unit, 16 consecutive elements p[i .. i+15] (16-byte aligned): the
 // loads are issued by load() and used by unpack(), so that callers put several units' loads in
 // flight before the first use.

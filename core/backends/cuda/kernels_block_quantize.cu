@@ -190,15 +190,8 @@ __device__ __forceinline__ void quantize_tile(const BlockQuantizeParams &p, cons
   const bool full = tile_is_full(tc, p.rows, p.cols, p.aligned);
   if constexpr (Act > 0) {
     float f[kRowsPerThread][kUnit];
-    // Rows arrive with a run-time index: stored with constant indices, so f stays in registers.
-    auto keep_row = [&](int i, const float (&v)[kUnit]) {
-#pragma unroll
-      for (int k = 0; k < kRowsPerThread; ++k)
-#pragma unroll
-        for (int j = 0; j < kUnit; ++j)
-          if (k == i) f[k][j] = v[j];
-    };
-    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full, keep_row);
+    for_tile_activation_rows<T, 1>(with_class<Act>(p.act), p.rows, p.cols, tc, full,
+                                   [&](int i, const float (&v)[kUnit]) { set_row_at(f, i, v); });
     quantize_rows<T, Mode>(p, tc, full, [&](int i, float (&fi)[kUnit]) {
 #pragma unroll
       for (int j = 0; j < kUnit; ++j) fi[j] = f[i][j];
@@ -225,18 +218,13 @@ struct GatedGradPairTiles {
     if constexpr (T == DType::BF16) return __uint_as_float(h << 16);
     else return f16_bits_to_float(static_cast<uint16_t>(h));
   }
-  // Row i of tile `second` (run-time values: stored with constant indices, so w stays in registers).
+  // Row i of tile `second`.
   __device__ __forceinline__ void keep(bool second, int i, const float (&f)[kUnit]) {
     uint32_t v[kUnit / 2];
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) v[j] = bits(f[2 * j]) | (bits(f[2 * j + 1]) << 16);
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int k = 0; k < kRowsPerThread; ++k)
-#pragma unroll
-        for (int j = 0; j < kUnit / 2; ++j)
-          if (t == static_cast<int>(second) && k == i) w[t][k][j] = v[j];
+    if (second) set_row_at(w[1], i, v);
+    else set_row_at(w[0], i, v);
   }
   __device__ __forceinline__ void row(int t, int i, float (&f)[kUnit]) const {
 #pragma unroll
