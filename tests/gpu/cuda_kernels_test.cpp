@@ -381,7 +381,9 @@ TEST_F(CudaKernels, DequantizeMatchesCpu) {
 TEST_F(CudaKernels, ScaleUpdateAndGatherMatchCpu) {
   std::mt19937 rng(500);
   const int lens[] = {1, 2, 31, 1024, 257};
-  for (int n_items : {1, 7, 200, 700}) {  // 200: the large launch; 700: more than one launch
+  // Each parameter block: <= 16 items the tiny one, 17 and 100 the small one, 200 the large one;
+  // 700: more than one launch.
+  for (int n_items : {1, 7, 16, 17, 100, 200, 700}) {
     for (int with_reduced = 0; with_reduced < 2; ++with_reduced) {
       // All states in one block of memory per backend: [history | scale | scale_inv] each.
       std::vector<int> len(n_items), off(n_items);

@@ -2,9 +2,11 @@
 // buffer for the all-reduce, when the states' amax slots are not one contiguous range) and
 // scale_update (delayed_scale_update of numerics.cpp for every state).
 // The host-side items travel as kernel parameters, so that a bucket's update is one launch, needs
-// no staging copy and can be captured in a CUDA graph: up to kSmallChunk items in a small
-// parameter block (most buckets), up to kLargeChunk in one near the 32 KiB limit (one launch for
-// buckets of up to 640 states; larger ones take several).
+// no staging copy and can be captured in a CUDA graph. The driver copies a kernel's whole
+// parameter block at every launch, whatever the items used (H100 host: <= 1 KiB as cheap as no
+// parameters, 6 KiB +0.6-1.1 us, 30 KiB +4.2 us a launch), so the block is the smallest of three
+// that holds the bucket: kTinyChunk items (one module's states), kSmallChunk, or kLargeChunk near
+// the 32 KiB limit (one launch for buckets of up to 640 states; larger ones take several).
 // scale_update runs one thread block per state; the history roll is done in place, in chunks of
 // blockDim elements with a barrier between each chunk's reads and its writes.
 #include <cfloat>
@@ -17,7 +19,8 @@ namespace te::cuda {
 
 namespace {
 
-constexpr int kSmallChunk = 128;  // 6 KiB of parameters
+constexpr int kTinyChunk = 16;    // 768 bytes of parameters
+constexpr int kSmallChunk = 128;  // 6 KiB
 constexpr int kLargeChunk = 640;  // 30 KiB: needs CUDA >= 12.1 (a 32 KiB parameter limit)
 constexpr int kUpdateThreads = 256;
 
@@ -122,8 +125,9 @@ int launch_update(const ScaleUpdateItem *items, int n, const float *reduced_amax
 void gather_amax(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
   for (int done = 0; done < n;) {
     const int left = n - done;
-    done += left <= kSmallChunk ? launch_gather<kSmallChunk>(items + done, left, packed + done, stream)
-                                : launch_gather<kLargeChunk>(items + done, left, packed + done, stream);
+    done += left <= kTinyChunk    ? launch_gather<kTinyChunk>(items + done, left, packed + done, stream)
+            : left <= kSmallChunk ? launch_gather<kSmallChunk>(items + done, left, packed + done, stream)
+                                  : launch_gather<kLargeChunk>(items + done, left, packed + done, stream);
   }
 }
 
@@ -131,8 +135,9 @@ void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax
   for (int done = 0; done < n;) {
     const int left = n - done;
     const float *reduced = reduced_amax != nullptr ? reduced_amax + done : nullptr;
-    done += left <= kSmallChunk ? launch_update<kSmallChunk>(items + done, left, reduced, stream)
-                                : launch_update<kLargeChunk>(items + done, left, reduced, stream);
+    done += left <= kTinyChunk    ? launch_update<kTinyChunk>(items + done, left, reduced, stream)
+            : left <= kSmallChunk ? launch_update<kSmallChunk>(items + done, left, reduced, stream)
+                                  : launch_update<kLargeChunk>(items + done, left, reduced, stream);
   }
 }
 
