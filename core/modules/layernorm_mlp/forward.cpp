@@ -70,6 +70,7 @@ LayerNormMlpSaved *layernorm_mlp_forward_compute(Context &ctx, LayerNormMlp &m, 
     if (!act_in_cast) be.plan_activation(o.activation, fc1_view, false, &plan);
     ProjectionForward fc2(ctx, L.fc2, mode, fc2_dims, act_view, false, args.fc2_weight, args.fc2_bias, y2d,
                           args.weight_unchanged, &plan, act_source);
+    fc1.quantize_weight_of(fc2);  // both weights in one launch, before fc1's GEMM
     be.reserve(plan);
     ac.reserve_forward(fc1.states_to_register() + fc2.states_to_register());
 

@@ -100,6 +100,23 @@ void ProjectionForward::commit() {
   st_.weight.commit(be, std::move(staged_w_));
 }
 
+void ProjectionForward::quantize_weight_of(ProjectionForward &later) {
+  if (!mode_.fp8) return;
+  if (&later == this || later.mode_.recipe != mode_.recipe || later.mode_.group != mode_.group || weight_of_ ||
+      later.weight_quantized_elsewhere_)
+    fail(Status::Internal, "ProjectionForward::quantize_weight_of: another step of the same scope, once");
+  weight_of_ = &later;
+  later.weight_quantized_elsewhere_ = true;
+}
+
+void ProjectionForward::adopt_weight() {
+  wc_->recipe_key = mode_.recipe->key();
+  wc_->recipe = RecipeRef(mode_.recipe);
+  wc_->group_reduced = mode_.group && mode_.group->needs_reduction() && mode_.recipe->kind() == RecipeKind::Current &&
+                       mode_.recipe->options().reduce_amax;
+  st_.weight_cache = wc_;
+}
+
 void ProjectionForward::run() {
   Backend &be = ctx_.backend();
   Autocast &ac = ctx_.autocast();
@@ -113,22 +130,20 @@ void ProjectionForward::run() {
     be.gemm(fprop_);
     return;
   }
-  // The input and the weight in one backend call: at small shapes each launch is the cost.
-  QuantizeRequest reqs[2];
-  TensorView xs[2];
-  QuantizedMatrix *outs[2];
+  // The input and the weight(s) in one backend call: at small shapes each launch is the cost.
+  QuantizeRequest reqs[3];
+  TensorView xs[3];
+  QuantizedMatrix *outs[3];
   int n = 0;
+  const bool own_weight = !reuse_weight_ && !weight_quantized_elsewhere_;
+  ProjectionForward *later = weight_of_ && !weight_of_->reuse_weight_ ? weight_of_ : nullptr;
   if (!external_) reqs[n].state = &st_.input, reqs[n].source = x_source_, xs[n] = x_, outs[n++] = &xq_;
-  if (!reuse_weight_) reqs[n].state = &st_.weight, xs[n] = w_, outs[n++] = &wc_->q;
+  if (own_weight) reqs[n].state = &st_.weight, xs[n] = w_, outs[n++] = &wc_->q;
+  if (later) reqs[n].state = &later->st_.weight, xs[n] = later->w_, outs[n++] = &later->wc_->q;
   for (int i = 0; i < n; ++i) reqs[i].recipe = mode_.recipe, reqs[i].group = mode_.group;
   quantize_many(be, reqs, xs, outs, n);
-  if (!reuse_weight_) {
-    wc_->recipe_key = mode_.recipe->key();
-    wc_->recipe = RecipeRef(mode_.recipe);
-    wc_->group_reduced = mode_.group && mode_.group->needs_reduction() && mode_.recipe->kind() == RecipeKind::Current &&
-                         mode_.recipe->options().reduce_amax;
-    st_.weight_cache = wc_;
-  }
+  if (own_weight) adopt_weight();
+  if (later) later->adopt_weight();
   be.gemm(fprop_);
   if (mode_.delayed()) {
     ac.register_forward(&st_.input);

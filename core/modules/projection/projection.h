@@ -91,6 +91,11 @@ class ProjectionForward {
   void commit();
   QuantizedMatrix &input() { return xq_; }
   ScalingState &input_state() { return st_.input; }
+  // Has this step's run() also quantize `later`'s weight, in the same backend call as its own
+  // input and weight (a module's projections under one autocast scope: LayerNormMLP casts fc2's
+  // weight with fc1's; at small shapes each launch is the cost). later.run() then skips it.
+  // Nothing to do outside FP8. Before either step runs.
+  void quantize_weight_of(ProjectionForward &later);
   // Quantizes what it must, runs the GEMM, registers the states (the module has entered the
   // pass with Autocast::enter_module).
   void run();
@@ -106,6 +111,10 @@ class ProjectionForward {
   bool external_;
   ActivationSource x_source_;
   bool reuse_weight_ = false;
+  ProjectionForward *weight_of_ = nullptr;  // quantize_weight_of's step
+  bool weight_quantized_elsewhere_ = false;
+  // Makes the freshly quantized weight the projection's cache.
+  void adopt_weight();
   QuantizedMatrix xq_;
   std::shared_ptr<WeightCache> wc_;
   ScalingState::Staged staged_in_, staged_w_;
