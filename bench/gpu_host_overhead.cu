@@ -9,6 +9,7 @@
 // warm-up steps. One JSON object on stdout; with --profile, a second section counts the CUDA
 // runtime and driver API calls of one step of each case (CUPTI callbacks: the counts are exact;
 // the times are inflated by the callbacks themselves and only show where the calls cluster).
+// Each step is also captured in a CUDA graph and its replay timed (CASE_graph_replay).
 //
 //   te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE]
 //                     [--shape TOKENS,IN,OUT]
@@ -55,6 +56,16 @@ namespace {
 __global__ void empty_kernel() {}
 __global__ void four_args_kernel(const float *a, float *b, int n, float s) {
   if (n < 0) b[0] = a[0] * s;  // never true: the launch carries arguments, the kernel does nothing
+}
+// A launch whose parameter block is `Bytes` long (libte's kernels take 0.05-30 KiB): what the
+// driver's copy of the parameters adds to a launch.
+template <int Bytes>
+struct ParamBlock {
+  int word[Bytes / 4];
+};
+template <int Bytes>
+__global__ void param_block_kernel(const __grid_constant__ ParamBlock<Bytes> p, int *out) {
+  if (p.word[0] < 0) out[0] = p.word[Bytes / 4 - 1];  // never true
 }
 
 using Clock = std::chrono::steady_clock;
@@ -218,6 +229,30 @@ void maybe_profile(const std::string &name, const std::function<void(std::vector
 #endif
 }
 
+cudaStream_t g_stream = nullptr;
+
+// The same step captured once in a CUDA graph and replayed: the host time of one
+// cudaGraphLaunch per step, the route for a host-bound program (libte's steps capture: no sync,
+// allocations in stream order; tests/gpu/cuda_modules_graph_test.cpp checks the replay's bytes).
+void run_graph_replay(const std::string &name, const std::function<void(std::vector<double> &)> &step, int nseg) {
+  std::vector<double> t(static_cast<size_t>(nseg));
+  CHECK(te_context_synchronize(g_ctx));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+  step(t);
+  CUDA_CHECK(cudaStreamEndCapture(g_stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  run(name + "_graph_replay", Segments({"step"}), [&](std::vector<double> &r) {
+    auto t0 = Clock::now();
+    CUDA_CHECK(cudaGraphLaunch(exec, g_stream));
+    r[0] += us_since(t0);
+  });
+  CHECK(te_context_synchronize(g_ctx));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 // A LayerNorm module's training step, timed as forward alone and the whole step (autocast
 // begin, forward, end, backward, destroy). forward(&bwd) and backward(bwd) make the calls.
 template <class Bwd, class Forward, class Backward>
@@ -239,6 +274,7 @@ void run_module_step(const std::string &name, const te_autocast_options *ao, For
     t[0] += D(t2 - t1).count(), t[1] += D(t3 - t0).count();
   };
   run(name, Segments({"forward", "step"}), step);
+  run_graph_replay(name, step, 2);
   maybe_profile(name, step, 2, profile_it);
 }
 
@@ -286,6 +322,7 @@ void bench_linear(const char *recipe, int weight_unchanged, bool profile_it) {
   };
   const std::string name = std::string("linear_") + recipe + (weight_unchanged ? "_weight_unchanged" : "");
   run(name, Segments({"begin", "forward", "end", "backward", "destroy", "step"}), step);
+  run_graph_replay(name, step, 6);
   maybe_profile(name, step, 6, profile_it);
   te_linear_destroy(lin);
 }
@@ -401,6 +438,7 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaSetDevice(g_dev.index));
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  g_stream = stream;
   CHECK(te_context_set_stream(g_ctx, stream));
 
   // The yardsticks: a bare launch of an empty kernel, and of one with four arguments, on the
@@ -417,6 +455,22 @@ int main(int argc, char **argv) {
     four_args_kernel<<<1, 32, 0, stream>>>(dummy, dummy, 16, 1.0f);
     t[0] += us_since(t0);
   });
+  if (wanted("bare_launch")) {
+    auto params = [&](auto block, const char *name) {
+      using Block = decltype(block);
+      Block p;
+      std::memset(&p, 0, sizeof p);
+      run(name, Segments({"launch"}), [&](std::vector<double> &t) {
+        auto t0 = Clock::now();
+        param_block_kernel<<<1, 32, 0, stream>>>(p, reinterpret_cast<int *>(dummy));
+        t[0] += us_since(t0);
+      });
+    };
+    params(ParamBlock<512>(), "launch_params_512_bytes");
+    params(ParamBlock<1024>(), "launch_params_1024_bytes");
+    params(ParamBlock<6144>(), "launch_params_6144_bytes");
+    params(ParamBlock<30720>(), "launch_params_30720_bytes");
+  }
   CUDA_CHECK(cudaGetLastError());
   // The runtime calls libte's hot path made (or makes) per backend call, each alone.
   if (wanted("runtime_calls")) run("cuda_get_device", Segments({"call"}), [&](std::vector<double> &t) {
@@ -450,8 +504,8 @@ int main(int argc, char **argv) {
 #endif
   for (const char *r : {"delayed", "current", "block", "bf16"}) bench_linear(r, 0, profile_calls);
   bench_linear("delayed", 1, profile_calls);
-  bench_layernorm_linear("delayed", profile_calls);
-  bench_layernorm_mlp("delayed", profile_calls);
+  for (const char *r : {"delayed", "current", "block"}) bench_layernorm_linear(r, profile_calls);
+  for (const char *r : {"delayed", "current", "block"}) bench_layernorm_mlp(r, profile_calls);
 
   CHECK(te_context_synchronize(g_ctx));
   for (void *p : g_buffers) te_context_free(g_ctx, p);
