@@ -9,7 +9,8 @@
 // warm-up steps. One JSON object on stdout; with --profile, a second section counts the CUDA
 // runtime and driver API calls of one step of each case (CUPTI callbacks: the counts are exact;
 // the times are inflated by the callbacks themselves and only show where the calls cluster).
-// Each step is also captured in a CUDA graph and its replay timed (CASE_graph_replay).
+// Each step is also captured in a CUDA graph and its replay timed (CASE_graph_replay), and
+// launches with 0.5-30 KiB parameter blocks are timed beside the bare launch (launch_params_*).
 //
 //   te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE]
 //                     [--shape TOKENS,IN,OUT]
