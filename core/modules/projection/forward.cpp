@@ -104,7 +104,8 @@ void ProjectionForward::quantize_weight_of(ProjectionForward &later) {
   if (!mode_.fp8) return;
   if (&later == this || later.mode_.recipe != mode_.recipe || later.mode_.group != mode_.group || weight_of_ ||
       later.weight_quantized_elsewhere_)
-    fail(Status::Internal, "ProjectionForward::quantize_weight_of: another step of the same scope, once");
+    fail(Status::Internal,
+         "ProjectionForward::quantize_weight_of: expected another step of the same recipe and group, not yet linked");
   weight_of_ = &later;
   later.weight_quantized_elsewhere_ = true;
 }
