@@ -9,15 +9,17 @@
 // warm-up steps. One JSON object on stdout; with --profile, a second section counts the CUDA
 // runtime and driver API calls of one step of each case (CUPTI callbacks: the counts are exact;
 // the times are inflated by the callbacks themselves and only show where the calls cluster).
-// Each step is also captured in a CUDA graph and its replay timed (CASE_graph_replay), and
-// launches with 0.5-30 KiB parameter blocks are timed beside the bare launch (launch_params_*).
+// Each step is also captured in a CUDA graph and its replay timed (CASE_graph_replay; --no-graph
+// leaves that out), and launches with 0.5-30 KiB parameter blocks are timed beside the bare
+// launch (launch_params_*).
 //
-//   te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE]
+//   te_bench_gpu_host [--profile] [--no-graph] [--steps N] [--reps N] [--warmup N] [--only CASE]
 //                     [--shape TOKENS,IN,OUT]
 //
 // --only and --shape serve a device profiler (ncu) on one case at a real shape: e.g.
-// `ncu --metrics gpu__time_duration.sum te_bench_gpu_host --only linear_delayed
-//  --shape 16384,4096,14336 --warmup 1 --steps 1 --reps 1` lists one step's kernels and times.
+// `ncu --metrics gpu__time_duration.sum te_bench_gpu_host --only linear_delayed --no-graph
+//  --shape 16384,4096,14336 --warmup 1 --steps 1 --reps 1` lists the kernels and times of the
+// warm-up step and the timed one.
 //
 // Without a usable GPU it prints {"skipped": ...} and exits 0.
 #include <cuda_runtime.h>
@@ -73,6 +75,7 @@ using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 int g_steps = 50, g_reps = 7, g_warmup = 20;
+bool g_graph = true;  // --no-graph: no CASE_graph_replay
 std::string g_only;  // empty: every case
 te_context *g_ctx = nullptr;
 
@@ -236,6 +239,7 @@ cudaStream_t g_stream = nullptr;
 // cudaGraphLaunch per step, the route for a host-bound program (libte's steps capture: no sync,
 // allocations in stream order; tests/gpu/cuda_modules_graph_test.cpp checks the replay's bytes).
 void run_graph_replay(const std::string &name, const std::function<void(std::vector<double> &)> &step, int nseg) {
+  if (!g_graph) return;
   std::vector<double> t(static_cast<size_t>(nseg));
   CHECK(te_context_synchronize(g_ctx));
   cudaGraph_t graph = nullptr;
@@ -405,6 +409,7 @@ int main(int argc, char **argv) {
   bool profile_calls = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--profile")) profile_calls = true;
+    else if (!std::strcmp(argv[i], "--no-graph")) g_graph = false;
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) g_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) g_warmup = std::atoi(argv[++i]);
@@ -418,8 +423,8 @@ int main(int argc, char **argv) {
       kTokens = t, kIn = in, kOut = out, kFfn = out;
     } else {
       std::fprintf(stderr,
-                   "usage: te_bench_gpu_host [--profile] [--steps N] [--reps N] [--warmup N] [--only CASE] "
-                   "[--shape TOKENS,IN,OUT]\n");
+                   "usage: te_bench_gpu_host [--profile] [--no-graph] [--steps N] [--reps N] [--warmup N] "
+                   "[--only CASE] [--shape TOKENS,IN,OUT]\n");
       return 2;
     }
   }
@@ -437,9 +442,8 @@ int main(int argc, char **argv) {
   }
   CHECK(te_context_get_device(g_ctx, &g_dev));
   CUDA_CHECK(cudaSetDevice(g_dev.index));
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  g_stream = stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  cudaStream_t stream = g_stream;
   CHECK(te_context_set_stream(g_ctx, stream));
 
   // The yardsticks: a bare launch of an empty kernel, and of one with four arguments, on the

@@ -10,6 +10,7 @@
 // scale_update runs one thread block per state; the history roll is done in place, in chunks of
 // blockDim elements with a barrier between each chunk's reads and its writes.
 #include <cfloat>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
@@ -120,24 +121,33 @@ int launch_update(const ScaleUpdateItem *items, int n, const float *reduced_amax
   return count;
 }
 
+// launch(std::integral_constant<int, N>{}) with the smallest chunk size N that holds `left`
+// items (or the largest); returns the items it took.
+template <class Launch>
+int launch_chunk(int left, Launch &&launch) {
+  if (left <= kTinyChunk) return launch(std::integral_constant<int, kTinyChunk>{});
+  if (left <= kSmallChunk) return launch(std::integral_constant<int, kSmallChunk>{});
+  return launch(std::integral_constant<int, kLargeChunk>{});
+}
+
 }  // namespace
 
 void gather_amax(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
   for (int done = 0; done < n;) {
-    const int left = n - done;
-    done += left <= kTinyChunk    ? launch_gather<kTinyChunk>(items + done, left, packed + done, stream)
-            : left <= kSmallChunk ? launch_gather<kSmallChunk>(items + done, left, packed + done, stream)
-                                  : launch_gather<kLargeChunk>(items + done, left, packed + done, stream);
+    const int took = launch_chunk(n - done, [&](auto chunk) {
+      return launch_gather<decltype(chunk)::value>(items + done, n - done, packed + done, stream);
+    });
+    done += took;
   }
 }
 
 void scale_update(const ScaleUpdateItem *items, int n, const float *reduced_amax, cudaStream_t stream) {
   for (int done = 0; done < n;) {
-    const int left = n - done;
     const float *reduced = reduced_amax != nullptr ? reduced_amax + done : nullptr;
-    done += left <= kTinyChunk    ? launch_update<kTinyChunk>(items + done, left, reduced, stream)
-            : left <= kSmallChunk ? launch_update<kSmallChunk>(items + done, left, reduced, stream)
-                                  : launch_update<kLargeChunk>(items + done, left, reduced, stream);
+    const int took = launch_chunk(n - done, [&](auto chunk) {
+      return launch_update<decltype(chunk)::value>(items + done, n - done, reduced, stream);
+    });
+    done += took;
   }
 }
 
