@@ -9,7 +9,7 @@
 //                   (HYBRID: E4M3 forward, E5M2 gradients), block (E4M3, 1x128 / 128x128 blocks),
 //                   and "bf16" (autocast disabled)
 //   host_forward    host time per te_linear_forward call inside an unsynchronised training loop
-// Options: --quick (fewer shapes), --cast (the casts alone).
+// Options: --quick (fewer shapes), --cast (the casts alone), --norm (the norms alone, with and without out_t).
 // bench/python/compare_torch.py runs this program and PyTorch's peers in one run and prints one
 // table. Inputs are random (never zeros). Times: wall clock around many iterations between two
 // te_context_synchronize calls, after warm-up.
@@ -147,10 +147,12 @@ void bench_cast(te_context *ctx, te_device dev, int64_t rows, int64_t cols) {
 }
 
 // The fused norm + FP8 cast: reads BF16 x (2 bytes per element), writes out and out_t (1 + 1), the
-// same bytes as a copy of x; mu / rsigma / amax are a few bytes per row.
-void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidden, te_norm_kind kind) {
+// same bytes as a copy of x; mu / rsigma / amax are a few bytes per row. Without out_t
+// (`with_t` false: 3 bytes per element) the fraction is of a copy of the same bytes.
+void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidden, te_norm_kind kind,
+                     bool with_t = true) {
   const std::string name = std::string(kind == TE_NORM_LAYERNORM ? "norm_cast_layernorm_" : "norm_cast_rmsnorm_") +
-                           std::to_string(rows) + "x" + std::to_string(hidden);
+                           (with_t ? "" : "no_t_") + std::to_string(rows) + "x" + std::to_string(hidden);
   const size_t n = static_cast<size_t>(rows * hidden);
   DeviceBf16 x(ctx, n, 1.0f, 8), gamma(ctx, static_cast<size_t>(hidden), 0.1f, 9), beta(ctx, static_cast<size_t>(hidden), 0.1f, 10);
   void *copy_dst = device_alloc(ctx, n * 2);
@@ -181,7 +183,7 @@ void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidde
   a.weight = &tg;
   a.bias = kind == TE_NORM_LAYERNORM ? &tb : nullptr;
   a.output = &to;
-  a.output_t = &tt;
+  a.output_t = with_t ? &tt : nullptr;
   a.mu = kind == TE_NORM_LAYERNORM ? &tmu : nullptr;
   a.rsigma = &trs;
   a.quantize = &q;
@@ -189,7 +191,8 @@ void bench_norm_cast(te_context *ctx, te_device dev, int64_t rows, int64_t hidde
     CHECK(te_context_copy(ctx, copy_dst, x.ptr, n * 2, TE_COPY_DEVICE_TO_DEVICE));
   }, 20);
   double t_norm = time_per_call(ctx, [&] { CHECK(te_norm_forward(ctx, &o, &a)); }, 20);
-  double copy_bw = 4.0 * n / t_copy, norm_bw = 4.0 * n / t_norm;
+  const double bytes = (with_t ? 4.0 : 3.0) * n;
+  double copy_bw = 4.0 * n / t_copy, norm_bw = bytes / t_norm;
   emit(name, num("ms", t_norm * 1e3) + ", " + num("TBps", norm_bw / 1e12) + ", " + num("copy_ms", t_copy * 1e3) + ", " +
                  num("copy_TBps", copy_bw / 1e12) + ", " + num("fraction_of_copy", norm_bw / copy_bw));
   for (void *p : {copy_dst, out, out_t, stats}) te_context_free(ctx, p);
@@ -387,6 +390,15 @@ int main(int argc, char **argv) {
   CHECK(te_context_get_device(ctx, &dev));
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool cast_only = argc > 1 && std::strcmp(argv[1], "--cast") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--norm") == 0) {
+    // The norms alone, with and without out_t, at transformer widths.
+    for (int64_t hidden : {4096, 8192, 14336})
+      for (te_norm_kind kind : {TE_NORM_LAYERNORM, TE_NORM_RMSNORM})
+        for (bool with_t : {true, false}) bench_norm_cast(ctx, dev, 16384, hidden, kind, with_t);
+    te_context_destroy(ctx);
+    std::printf("{\n%s\n}\n", json_out.c_str());
+    return 0;
+  }
   bench_cast(ctx, dev, 16384, 4096);
   if (!quick) bench_cast(ctx, dev, 16384, 14336);
   if (!cast_only) bench_norms_gemms_linears(ctx, dev, quick);

@@ -211,8 +211,10 @@ TEST_F(CudaNorm, ForwardOutputSubsetsAndPaths) {
   struct Shape {
     int64_t rows, cols;
   };
+  // 8192, 5000, 6144, 16384: code tiles of fewer than 32 rows, out_t written by transpose_codes
+  // ({160, 6144}: a full and a partial row of 128-row tiles with 16-byte vectors).
   const Shape shapes[] = {{1, 8}, {5, 256}, {16, 264}, {33, 1024}, {31, 1032}, {64, 2048}, {17, 8192}, {40, 5000},
-                          {3, 65536}, {18, 65536}, {48, 16384}};
+                          {160, 6144}, {3, 65536}, {18, 65536}, {48, 16384}};
   uint32_t seed = 5000;
   for (Shape s : shapes) {
     for (DType in : kInTypes) {

@@ -99,6 +99,8 @@ void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const 
 void norm_forward(const NormForwardArgs &args, cudaStream_t stream);
 void norm_backward(Backend &be, const NormBackwardArgs &args, cudaStream_t stream);
 size_t norm_backward_scratch_bytes(const NormBackwardArgs &args);
+// out_t[cols, rows] = in[rows, cols]^T, FP8 codes byte for byte (kernels_transpose_codes.cu).
+void transpose_codes(const uint8_t *in, uint8_t *out_t, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // items live on the host; the launchers pass them to the device by value (kernel parameters),
 // in chunks when there are many, so that the update stays capturable in a CUDA graph.

@@ -16,10 +16,14 @@
 // and amax come straight from registers; the codes also go to a [R][hidden] code tile in shared
 // memory (R = 32 for hidden 4096, 16 for 8192, 8 for 14336; 16-row blocks XOR-swizzled so that
 // the transposed read is free of bank conflicts), from which out_t is written with 16-byte stores
-// per column; tiles of fewer than 32 rows are written by clusters of 8 CTAs through distributed
-// shared memory, 64 or 128 contiguous bytes per column. On an H100 (2026-11-24; bf16 16384 x
-// hidden -> E4M3 out + out_t + amax + stats, LayerNorm / RMSNorm) this runs at 69 / 72% of a device
-// copy for hidden 4096, 42 / 49% for 8192 and 33 / 38% for 14336.
+// per column. Where that tile would hold fewer than 32 rows (hidden > 4096 for 16-bit inputs),
+// its out_t stores would be 16 bytes or less per column: the kernel then writes `out` alone and
+// transpose_codes (kernels_transpose_codes.cu) writes out_t from it, 5 bytes moved per element
+// instead of 4 but at close to copy speed. H200, 2026-11-25, bf16 16384 x hidden -> E4M3 out +
+// out_t + amax + stats, LayerNorm: 117 us (0.57 of a device copy of the same bytes) for hidden
+// 4096; hidden 8192 and 14336 took 440 and 870-910 us (0.29 / 0.25) when clusters of 8 CTAs wrote
+// out_t through distributed shared memory, and now take the norm without out_t (188 / 433 us)
+// plus the transpose.
 //
 // Backward, vectorised kernels (16-byte accesses; hidden % 8 == 0, aligned tensors): one warp
 // holds the 256 lanes of a row, thread u lanes 8u..8u+7, i.e. the 8 consecutive elements 256k + 8u..
@@ -42,7 +46,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
@@ -203,8 +206,8 @@ struct FwdParams {
   // The streaming kernel's layout (plan_fwd_rows): rows per tile, ring slots, bytes of a row of x
   // and of a ring slot, bytes per code-tile row (0: no code tile), tiles, whether out_t takes
   // 16/8/4-byte stores.
-  int R, D, lg_R, lg_D, lg_rpt, lg_C, row_bytes, slot_bytes, tile_stride;
-  int64_t tiles, super_tiles;
+  int R, D, lg_R, lg_D, lg_rpt, row_bytes, slot_bytes, tile_stride;
+  int64_t tiles;
   bool out_t_vec;
 };
 
@@ -491,52 +494,10 @@ __device__ __forceinline__ void write_out_t_blocks(const uint8_t *tile, const Fw
   }
 }
 
-// Writes the cluster's super tile (its C CTAs' code tiles, rows s0 .. s0 + nrs) to out_t, this CTA
-// (cluster rank `rank`) taking its share of the columns: whole blocks of RI = min(R, 16) rows as
-// RI-byte stores, lanes of consecutive row blocks side by side (C * R contiguous bytes per column
-// and store instruction), the rest of the rows byte by byte. Tiles are read through distributed
-// shared memory.
-template <int RI>
-__device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdParams &p, int64_t s0, int nrs, int rank) {
-#if TE_NORM_SM90
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  constexpr int kLgRI = RI == 16 ? 4 : RI == 8 ? 3 : 2;
-  const int stride = p.tile_stride, lg_bpt = p.lg_R - kLgRI;  // row blocks per CTA tile
-  const int lg_rbs = lg_bpt + p.lg_C, rbs = 1 << lg_rbs;      // row blocks per super tile
-  const int rbv = p.out_t_vec ? nrs / RI : 0;
-  const int quads = static_cast<int>(p.n / 4), share = (quads + (1 << p.lg_C) - 1) >> p.lg_C;
-  const int q_begin = min(quads, rank * share), q_end = min(quads, q_begin + share);
-  if (rbv > 0) {
-    const int items = (q_end - q_begin) << lg_rbs;
-    for (int item = threadIdx.x; item < items; item += kRowThreads) {
-      const int rb = item & (rbs - 1), q = q_begin + (item >> lg_rbs);
-      if (rb >= rbv) continue;
-      const int lb = rb & ((1 << lg_bpt) - 1);
-      const uint8_t *src = cluster.map_shared_rank(tile, rb >> lg_bpt) + lb * RI * stride +
-                           ((q ^ tile_swizzle(lb * RI, p.lg_R)) << 2);
-      transpose_block<RI>(src, stride, p.out_t + static_cast<int64_t>(4 * q) * p.rows + s0 + rb * RI, p.rows);
-    }
-  }
-  const int first = rbv * RI, rem = nrs - first;
-  if (rem > 0) {
-    const int64_t count = static_cast<int64_t>(4 * (q_end - q_begin)) * rem;
-    for (int64_t idx = threadIdx.x; idx < count; idx += kRowThreads) {
-      const int c = 4 * q_begin + static_cast<int>(idx / rem), rr = first + static_cast<int>(idx % rem);
-      const int lr = rr & (p.R - 1);
-      const int word = (c >> 2) ^ tile_swizzle(lr, p.lg_R);
-      const uint8_t *src = cluster.map_shared_rank(tile, rr >> p.lg_R);
-      p.out_t[static_cast<int64_t>(c) * p.rows + s0 + rr] = src[lr * stride + (word << 2) + (c & 3)];
-    }
-  }
-#endif  // TE_NORM_SM90
-}
-
 // ---- the streaming forward ---------------------------------------------------------------------
 //
-// One CTA of 16 warps per SM, persistent. Clusters of C CTAs (C = 1 for code tiles of 32 rows or
-// more) walk super tiles st = cluster, cluster + clusters, ... of C tiles of R rows; CTA `rank`
-// takes tile st * C + rank. The warps form teams of G = 8 / V warps; team tm normalises rows tm,
+// One CTA of 16 warps per SM, persistent: CTA b takes the tiles of R rows b, b + gridDim.x, ....
+// The warps form teams of G = 8 / V warps; team tm normalises rows tm,
 // tm + 16 / G, ... of the CTA's tile. Each team streams its own rows, in order, through its own D
 // shared-memory slots (a slot has one consumer, so its mbarrier phases follow the team's row
 // index): the bulk copy engine fills the slot (full[slot]), the team copies the row into
@@ -549,10 +510,8 @@ __device__ __forceinline__ void write_out_t_cluster(uint8_t *tile, const FwdPara
 // the thread, and the 8 virtual-warp totals (exchanged in shared memory when G > 1) are added by
 // the tree of the 8 warp totals. Each element's fp32 value v gives y, amax and the code
 // fp8(v * scale), written to `out` and to the tile's [R][n] code tile in shared memory; when the
-// tiles are done, out_t is written from them (C = 1: the CTA's own tile, one 16-byte store per
-// column and 16 rows; C > 1: each CTA of the cluster takes 1 / C of the columns and reads all C
-// tiles through distributed shared memory, C * R contiguous bytes per column), while the teams'
-// next rows are already loading.
+// tile is done, out_t is written from it (one 16-byte store per column and 16 rows) while the
+// teams' next rows are already loading.
 template <DType T, int V, int K, bool kExact, int Fmt>
 __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const FwdParams p) {
 #if TE_NORM_SM90
@@ -575,14 +534,11 @@ __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const Fwd
   uint8_t *slots = ring + static_cast<size_t>(team) * D * p.slot_bytes;
   const int64_t rows = p.rows, n = p.n;
   const int rpt = 1 << p.lg_rpt;  // rows of a tile per team (those at R and beyond do not exist)
-  // The team's row i (row team + (i % rpt) * kTeams of its CTA's tile i / rpt) into its slot i % D,
-  // if it exists. A team's rows exist up to some i and not after, so the slots' phases follow i.
-  // The cluster's super tiles st = cluster id, + clusters, ...: C * R rows each, this CTA's tile
-  // being st * C + rank.
-  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-  const int64_t cluster_id = blockIdx.x >> p.lg_C, clusters = gridDim.x >> p.lg_C;
+  // The team's row i (row team + (i % rpt) * kTeams of the CTA's (i / rpt)-th tile) into its slot
+  // i % D, if it exists. A team's rows exist up to some i and not after, so the slots' phases
+  // follow i.
   auto load_row = [&](uint32_t i) {
-    const int64_t t = ((cluster_id + static_cast<int64_t>(i >> p.lg_rpt) * clusters) << p.lg_C) + rank;
+    const int64_t t = blockIdx.x + static_cast<int64_t>(i >> p.lg_rpt) * gridDim.x;
     const int rl = team + static_cast<int>(i & (rpt - 1)) * kTeams;
     const int64_t r = t * R + rl;
     if (t >= p.tiles || rl >= R || r >= rows) return;
@@ -647,8 +603,8 @@ __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const Fwd
   };
 
   uint32_t i0 = 0;  // the team's row index of the tile's first row
-  for (int64_t st = cluster_id; st < p.super_tiles; st += clusters, i0 += rpt) {
-    const int64_t r0 = ((st << p.lg_C) + rank) * R;
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, i0 += rpt) {
+    const int64_t r0 = t * R;
     const int nr = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(R), rows - r0)));
 #pragma unroll 1
     for (int k = 0; k < rpt; ++k) {
@@ -749,20 +705,12 @@ __global__ void __launch_bounds__(kRowThreads, 1) norm_fwd_rows_kernel(const Fwd
         }
       }
     }
-    if (want_tile && p.lg_C == 0) {  // one CTA: its own tile, R bytes per column
+    if (want_tile) {  // R bytes per column
       named_barrier(kTileBarrier, kRowThreads);
       if (R >= 16) write_out_t_blocks<16>(tile, p, r0, nr, threadIdx.x);
       else if (R == 8) write_out_t_blocks<8>(tile, p, r0, nr, threadIdx.x);
       else write_out_t_blocks<4>(tile, p, r0, nr, threadIdx.x);
       named_barrier(kTileBarrier, kRowThreads);
-    } else if (want_tile) {  // a cluster: C * R bytes per column
-      cooperative_groups::this_cluster().sync();  // every code tile of the super tile is complete
-      const int64_t s0 = (st << p.lg_C) * R;
-      const int nrs = static_cast<int>(min(static_cast<int64_t>(R) << p.lg_C, rows - s0));
-      if (R >= 16) write_out_t_cluster<16>(tile, p, s0, nrs, rank);
-      else if (R == 8) write_out_t_cluster<8>(tile, p, s0, nrs, rank);
-      else write_out_t_cluster<4>(tile, p, s0, nrs, rank);
-      cooperative_groups::this_cluster().sync();  // and read: the tiles may be overwritten
     }
   }
 
@@ -1182,6 +1130,9 @@ size_t fwd_rows_smem(const FwdParams &p, int V) {
 constexpr int64_t kFwdRingBytes = 64 * 1024;
 // The code tile's size: R = 128, 64, ... rows while R * n bytes exceed it (R >= 4).
 constexpr int64_t kFwdTileBytes = 128 * 1024;
+// Fewer rows than this and out_t is written by transpose_codes instead (16-byte stores per column
+// of a 16-row tile wrote at 0.29 of a copy on the H200).
+constexpr int kMinCodeTileRows = 32;
 
 int lg2(int64_t v) {
   int l = 0;
@@ -1236,8 +1187,8 @@ int plan_fwd_rows(const NormForwardArgs &a, FwdParams &p) {
   return V;
 }
 
-// Code tiles of fewer than 32 rows write out_t from clusters of C CTAs: C * R bytes per column of a
-// super tile (64 or 128). C is halved while the device cannot co-schedule such clusters.
+// One CTA per SM while tiles last (a cluster of one CTA: the occupancy query is the cached cluster
+// one of device_info).
 template <DType T, int V, int K, bool kExact, int Fmt>
 void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
   auto kernel = norm_fwd_rows_kernel<T, V, K, kExact, Fmt>;
@@ -1251,24 +1202,13 @@ void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  // Measured on an H100 (16384 rows): tiles of 32 rows (hidden 4096) are faster alone (32-byte
-  // segments, 70-74% of a copy) than in clusters of 4 (128 bytes, 50-54%); tiles of 16 and 8 rows
-  // (hidden 8192, 14336) are faster in clusters of 8 (33% -> 42-48%, 21% -> 33-37%).
-  int C = p.tile_stride > 0 && p.R < 32 ? static_cast<int>(std::min<int64_t>(8, 128 / p.R)) : 1;
-  int64_t clusters = 0;
-  for (;; C /= 2) {
-    p.lg_C = lg2(C);
-    p.super_tiles = ceil_div(p.tiles, C);
-    attr[0].val.clusterDim.x = static_cast<unsigned>(C);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(static_cast<unsigned>(C), 1, 1);
-    const int active = max_active_clusters(reinterpret_cast<const void *>(kernel), cfg);
-    clusters = std::min<int64_t>(p.super_tiles, active);
-    if (clusters > 0 || C == 1) break;
-  }
-  if (clusters < 1) clusters = std::min<int64_t>(p.super_tiles, current_device_info().sm_count);
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * C), 1, 1);
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(1, 1, 1);
+  int64_t ctas = std::min<int64_t>(p.tiles, max_active_clusters(reinterpret_cast<const void *>(kernel), cfg));
+  if (ctas < 1) ctas = std::min<int64_t>(p.tiles, current_device_info().sm_count);
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   TE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
@@ -1342,7 +1282,20 @@ void norm_forward(const NormForwardArgs &a, cudaStream_t stream) {
   p.layer = a.kind == NormKind::LayerNorm;
   p.zero_centered = a.zero_centered_gamma;
   const DType t = a.x.dtype;
-  if (const int V = plan_fwd_rows(a, p)) {
+  int V = plan_fwd_rows(a, p);
+  // A code tile of fewer than kMinCodeTileRows rows: `out` here, out_t from it afterwards (see the
+  // top of this file). The kernel still writes out_t's scale_inv.
+  uint8_t *out_t_after = nullptr;
+  if (V != 0 && p.out_t != nullptr && p.out != nullptr && p.R < kMinCodeTileRows) {
+    FwdParams q = p;
+    q.out_t = nullptr;
+    if (const int Vq = plan_fwd_rows(a, q)) {
+      out_t_after = p.out_t;
+      p = q;
+      V = Vq;
+    }
+  }
+  if (V != 0) {
     const int fmt = p.out != nullptr ? p.out_fmt : p.out_t_fmt;
     switch (t) {
       case DType::F32: dispatch_fwd_v<DType::F32>(p, V, fmt, stream); break;
@@ -1362,6 +1315,7 @@ void norm_forward(const NormForwardArgs &a, cudaStream_t stream) {
     }
   }
   TE_CUDA_CHECK_LAUNCH();
+  if (out_t_after != nullptr) transpose_codes(p.out, out_t_after, p.rows, p.n, stream);
 }
 
 namespace {
