@@ -258,7 +258,7 @@ void run_graph_replay(const std::string &name, const std::function<void(std::vec
   CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
-// A LayerNorm module's training step, timed as forward alone and the whole step (autocast
+// A module's training step, timed as forward alone and the whole step (autocast
 // begin, forward, end, backward, destroy). forward(&bwd) and backward(bwd) make the calls.
 template <class Bwd, class Forward, class Backward>
 void run_module_step(const std::string &name, const te_autocast_options *ao, Forward forward, Backward backward,
@@ -403,6 +403,54 @@ void bench_layernorm_mlp(const char *recipe, bool profile_it) {
   te_layernorm_mlp_destroy(m);
 }
 
+// GroupedLinear (mixture of experts): kExperts experts, the tokens split unevenly (one expert
+// gets none, the rest counts that are not multiples of 16, so every expert is padded under FP8).
+constexpr int kExperts = 8;
+void bench_grouped_linear(const char *recipe, bool profile_it) {
+  if (!wanted(std::string("grouped_linear_") + recipe)) return;
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
+  te_grouped_linear_options go;
+  CHECK(te_grouped_linear_options_init(&go));
+  go.num_gemms = kExperts;
+  go.in_features = kIn;
+  go.out_features = kOut;
+  go.bias = 1;
+  go.activation_dtype = TE_DTYPE_BF16;
+  te_grouped_linear *g = nullptr;
+  CHECK(te_grouped_linear_create(&g, g_ctx, &go));
+  // Shares of the tokens: 3, 5, 0, 6, 2, 7, 4, 5 of 32 (scaled to kTokens, the rest to the last).
+  const int64_t share[kExperts] = {3, 5, 0, 6, 2, 7, 4, 5};
+  int64_t splits[kExperts], sum = 0;
+  for (int i = 0; i < kExperts; ++i) {
+    splits[i] = i + 1 < kExperts ? share[i] * kTokens / 32 : kTokens - sum;
+    sum += splits[i];
+  }
+  te_tensor x = bf16(kTokens, kIn, 1.0f, 51), y = bf16(kTokens, kOut, 1e-3f, 52), dy = bf16(kTokens, kOut, 1e-2f, 53);
+  te_tensor dx = bf16(kTokens, kIn, 1e-3f, 54);
+  te_tensor w[kExperts], b[kExperts], dw[kExperts], db[kExperts];
+  const te_tensor *wp[kExperts], *bp[kExperts];
+  te_tensor *dwp[kExperts], *dbp[kExperts];
+  for (int i = 0; i < kExperts; ++i) {
+    w[i] = bf16(kOut, kIn, 0.05f, 60 + i), b[i] = vec(kOut, 0.1f, 70 + i);
+    dw[i] = bf16(kOut, kIn, 1e-3f, 80 + i), db[i] = vec(kOut, 1e-3f, 90 + i);
+    wp[i] = &w[i], bp[i] = &b[i], dwp[i] = &dw[i], dbp[i] = &db[i];
+  }
+  te_grouped_linear_forward_args fa;
+  CHECK(te_grouped_linear_forward_args_init(&fa));
+  fa.input = &x, fa.m_splits = splits, fa.weights = wp, fa.biases = bp;
+  te_linear_backward_args once;
+  CHECK(te_linear_backward_args_init(&once));
+  once.flags = TE_BACKWARD_ONCE;
+  run_module_step<te_grouped_linear_backward_ctx>(
+      std::string("grouped_linear_") + recipe, rc->autocast(),
+      [&](te_grouped_linear_backward_ctx **bwd) { CHECK(te_grouped_linear_forward(g_ctx, g, &fa, &y, bwd)); },
+      [&](te_grouped_linear_backward_ctx *bwd) {
+        CHECK(te_grouped_linear_backward(g_ctx, bwd, &dy, &dx, dwp, dbp, &once));
+      },
+      te_grouped_linear_backward_ctx_destroy, profile_it);
+  te_grouped_linear_destroy(g);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -511,6 +559,7 @@ int main(int argc, char **argv) {
   bench_linear("delayed", 1, profile_calls);
   for (const char *r : {"delayed", "current", "block"}) bench_layernorm_linear(r, profile_calls);
   for (const char *r : {"delayed", "current", "block"}) bench_layernorm_mlp(r, profile_calls);
+  for (const char *r : {"delayed", "current", "block", "bf16"}) bench_grouped_linear(r, profile_calls);
 
   CHECK(te_context_synchronize(g_ctx));
   for (void *p : g_buffers) te_context_free(g_ctx, p);

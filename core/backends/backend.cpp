@@ -1,5 +1,7 @@
 #include "backends/backend.h"
 
+#include <cstdint>
+
 #include "base/check.h"
 
 namespace te {
@@ -16,6 +18,21 @@ namespace te {
 
 void Backend::gemm_many(const GemmArgs *args, int n) {
   for (int i = 0; i < n; ++i) gemm(args[i]);
+}
+
+void Backend::copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n) {
+  auto *d = static_cast<unsigned char *>(dst);
+  const auto *s = static_cast<const unsigned char *>(src);
+  for (int i = 0; i < n; ++i) {
+    const RowSegment &g = segs[i];
+    if (g.rows > 0) copy(d + g.dst_row * row_bytes, s + g.src_row * row_bytes, static_cast<size_t>(g.rows) * row_bytes);
+    if (g.zero_rows > 0) {
+      unsigned char *z = d + (g.dst_row + g.rows) * row_bytes;
+      if (row_bytes % 4 || reinterpret_cast<uintptr_t>(z) % 4)
+        fail(Status::Internal, "copy_row_segments: zero rows need 4-byte aligned rows of a multiple of 4 bytes");
+      fill_floats(reinterpret_cast<float *>(z), 0.0f, static_cast<size_t>(g.zero_rows) * row_bytes / 4);
+    }
+  }
 }
 
 void Backend::plan_quantize_source(QuantizeItem::Kind kind, const TensorView &x, ScratchPlan *plan) const {

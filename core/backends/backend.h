@@ -132,6 +132,12 @@ struct QuantizeItem {
   TensorView dbias;  // optional (data null: none): then also bias_grad(x, dbias), x being a dy
 };
 
+// One block of rows for Backend::copy_row_segments: dst rows [dst_row, dst_row + rows) get src
+// rows [src_row, src_row + rows), then the next zero_rows rows of dst get zero bytes.
+struct RowSegment {
+  int64_t src_row = 0, dst_row = 0, rows = 0, zero_rows = 0;
+};
+
 struct ScratchPlan {
   static constexpr int kMax = 64;  // a LayerNormMLP backward under block scaling plans about 30
   size_t bytes[kMax];
@@ -204,6 +210,12 @@ class Backend {
   // (row pitch dst_pitch bytes); the regions do not overlap.
   virtual void copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
                        size_t rows) = 0;
+  // Row blocks between two row-major matrices of row_bytes bytes per row (RowSegment); the
+  // segments write disjoint rows of dst, which does not overlap src. The default makes a copy and
+  // a fill per segment (so zero rows need dst 4-byte aligned and row_bytes a multiple of 4); CUDA
+  // makes them all in one launch (GroupedLinear pads every expert's tokens: at small shapes each
+  // launch is the cost).
+  virtual void copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n);
   // Training-step ops (training_args.h).
   virtual void embedding_forward(const EmbeddingForwardArgs &args) = 0;
   virtual void embedding_backward(const EmbeddingBackwardArgs &args) = 0;

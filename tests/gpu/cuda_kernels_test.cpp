@@ -453,6 +453,48 @@ TEST_F(CudaKernels, FillFloats) {
   }
 }
 
+// GroupedLinear's padding: row blocks copied and zero rows after them, in one launch per 32
+// segments; rows of 16-byte, 4-byte and odd sizes, base pointers off alignment, an empty segment,
+// and more segments than one launch takes. dst starts as 0xAB bytes: rows no segment writes keep them.
+TEST_F(CudaKernels, CopyRowSegmentsMatchesCpu) {
+  std::mt19937 rng(11);
+  for (size_t row_bytes : {size_t(64), size_t(48), size_t(12), size_t(7)}) {
+    for (size_t offset : {size_t(0), size_t(4), size_t(1)}) {
+      if (offset % 4 && row_bytes % 4 == 0) continue;
+      std::vector<RowSegment> segs;
+      int64_t src_row = 0, dst_row = 0;
+      for (int i = 0; i < 40; ++i) {
+        RowSegment g;
+        g.src_row = src_row;
+        g.dst_row = dst_row + 1;  // one row left alone before each segment
+        g.rows = i == 5 ? 0 : static_cast<int64_t>(rng() % 40);
+        g.zero_rows = row_bytes % 4 || offset % 4 ? 0 : static_cast<int64_t>(rng() % 16);  // CPU: aligned fills
+        src_row += g.rows;
+        dst_row = g.dst_row + g.rows + g.zero_rows;
+        segs.push_back(g);
+      }
+      std::vector<uint8_t> src(static_cast<size_t>(src_row) * row_bytes + offset);
+      std::vector<uint8_t> dst(static_cast<size_t>(dst_row) * row_bytes + offset, 0xAB);
+      for (auto &b : src) b = static_cast<uint8_t>(rng());
+      Twin s(*cpu, *gpu, src), d(*cpu, *gpu, dst);
+      auto at = [&](const DeviceBuffer &b) { return static_cast<uint8_t *>(b.get()) + offset; };
+      const int n = static_cast<int>(segs.size());
+      cpu->copy_row_segments(at(d.c), at(s.c), row_bytes, segs.data(), n);
+      gpu->copy_row_segments(at(d.g), at(s.g), row_bytes, segs.data(), n);
+      EXPECT_SAME_BYTES(d, 1, "row_bytes " << row_bytes << " offset " << offset);
+      // The CPU result is the definition: copied rows, zero rows, untouched rows.
+      const std::vector<uint8_t> got = d.c.read<uint8_t>();
+      for (const RowSegment &g : segs) {
+        const size_t at = offset + static_cast<size_t>(g.dst_row) * row_bytes;
+        const uint8_t *from = &src[offset + static_cast<size_t>(g.src_row) * row_bytes];
+        ASSERT_EQ(std::memcmp(&got[at], from, g.rows * row_bytes), 0);
+        for (size_t k = 0; k < g.zero_rows * row_bytes; ++k) ASSERT_EQ(got[at + g.rows * row_bytes + k], 0);
+        ASSERT_EQ(got[at - row_bytes], 0xAB);
+      }
+    }
+  }
+}
+
 // ---- activations and bias_grad (tolerance) ------------------------------------------------------
 
 // Element-wise closeness: within 1e-5 relative + 1e-5 absolute (a last-ulp difference of tanhf

@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   void add(const TensorView &a, const TensorView &b, const TensorView &y) override;
   void copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
                size_t rows) override;
+  void copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n) override;
   void embedding_forward(const EmbeddingForwardArgs &args) override;
   void embedding_backward(const EmbeddingBackwardArgs &args) override;
   void cross_entropy(const CrossEntropyArgs &args) override;

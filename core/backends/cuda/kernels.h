@@ -13,6 +13,8 @@
 namespace te::cuda {
 
 void fill_floats(float *dst, float value, size_t count, cudaStream_t stream);
+void copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n,
+                       cudaStream_t stream);
 
 void amax(Backend &be, const TensorView &x, float *amax, bool accumulate, cudaStream_t stream);
 void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max, bool power_of_2,

@@ -36,15 +36,13 @@ __device__ __forceinline__ float block_scale(const float *s, ScalingMode mode, i
 struct SmallGemmBatch {
   SmallGemmArgs g[kMaxSmallGemms];
 };
+static_assert(sizeof(SmallGemmBatch) <= 1024, "parameter blocks up to 1 KiB launch like an empty kernel");
 
-// One launch runs every GEMM of the batch: blockIdx.z picks the GEMM (selected with constant
-// indices: a dynamic index into the parameter space would copy it to local memory), blocks past
-// its tile grid return at once.
-__global__ void __launch_bounds__(kThreads) small_gemm_kernel(const SmallGemmBatch batch) {
-  SmallGemmArgs p = batch.g[0];
-#pragma unroll
-  for (int i = 1; i < kMaxSmallGemms; ++i)
-    if (blockIdx.z == unsigned(i)) p = batch.g[i];
+// One launch runs every GEMM of the batch: blockIdx.z picks the GEMM (read in place from the
+// parameter space: __grid_constant__ lets a dynamic index do that without a local copy), blocks
+// past its tile grid return at once.
+__global__ void __launch_bounds__(kThreads) small_gemm_kernel(const __grid_constant__ SmallGemmBatch batch) {
+  const SmallGemmArgs &p = batch.g[blockIdx.z];
   __shared__ float as[kTile][kTile + 1];  // [m in tile][k in tile]
   __shared__ float bs[kTile][kTile + 1];  // [n in tile][k in tile]
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;

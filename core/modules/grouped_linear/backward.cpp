@@ -91,17 +91,18 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
   if (zero_grads) be.fill_floats(zero4.floats(), 0.0f, 1);
   for (auto &step : steps.steps)
     if (step) step->commit();
+  pad_experts(be, rows, n, dy2d, dy_pad2d);
+  int running = 0;
   for (int i = 0; i < n; ++i) {
-    const ExpertRows &e = rows[i];
-    if (e.tokens == 0) {
+    if (rows[i].tokens == 0) {
       if (want_dw && !o.fuse_wgrad_accumulation) zero_fill(be, args.dw[i], zero4.get());
       if (args.db) zero_fill(be, args.db[i], zero4.get());
       continue;
     }
-    if (e.is_padded()) pad_rows(be, e, dy2d, dy_pad2d);
-    steps.steps[i]->run();
-    if (e.is_padded() && want_dx) unpad_rows(be, e, dx_pad2d, dx2d);
+    L.call.backward_running[static_cast<size_t>(running++)] = &*steps.steps[i];
   }
+  ProjectionBackward::run_all(L.call.backward_running.data(), running);
+  if (want_dx) unpad_experts(be, rows, n, dx_pad2d, dx2d);
   if (states)
     for (auto &step : steps.steps)
       if (step) step->register_state(s.ticket.pass);

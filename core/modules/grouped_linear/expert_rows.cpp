@@ -39,15 +39,39 @@ TensorView expert_matrix(const ExpertRows &e, const TensorView &m, const TensorV
   return e.is_padded() ? row_block(pad, e.pad_row0, e.padded) : row_block(m, e.row0, e.tokens);
 }
 
-void pad_rows(Backend &be, const ExpertRows &e, const TensorView &m, const TensorView &pad) {
-  be.copy(row_ptr(pad, e.pad_row0), row_ptr(m, e.row0), row_bytes(m, e.tokens));
-  // Zero bits are +0 in every dtype; the block is whole rows of a multiple of 16 columns.
-  be.fill_floats(reinterpret_cast<float *>(row_ptr(pad, e.pad_row0 + e.tokens)), 0.0f,
-                 row_bytes(pad, e.padded - e.tokens) / sizeof(float));
+namespace {
+
+// The padded experts' segments, in calls of up to kChunk (no allocation on the hot path).
+template <class MakeSegment>
+void copy_padded_experts(Backend &be, const ExpertRows *rows, int n, void *dst, const void *src, size_t row_bytes,
+                         MakeSegment make) {
+  constexpr int kChunk = 32;
+  RowSegment segs[kChunk];
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!rows[i].is_padded()) continue;
+    segs[k++] = make(rows[i]);
+    if (k == kChunk) be.copy_row_segments(dst, src, row_bytes, segs, k), k = 0;
+  }
+  if (k) be.copy_row_segments(dst, src, row_bytes, segs, k);
 }
 
-void unpad_rows(Backend &be, const ExpertRows &e, const TensorView &pad, const TensorView &m) {
-  be.copy(row_ptr(m, e.row0), row_ptr(pad, e.pad_row0), row_bytes(m, e.tokens));
+}  // namespace
+
+void pad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &m, const TensorView &pad) {
+  copy_padded_experts(be, rows, n, pad.data, m.data, row_bytes(m, 1), [](const ExpertRows &e) {
+    RowSegment s;
+    s.src_row = e.row0, s.dst_row = e.pad_row0, s.rows = e.tokens, s.zero_rows = e.padded - e.tokens;
+    return s;
+  });
+}
+
+void unpad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &pad, const TensorView &m) {
+  copy_padded_experts(be, rows, n, m.data, pad.data, row_bytes(m, 1), [](const ExpertRows &e) {
+    RowSegment s;
+    s.src_row = e.pad_row0, s.dst_row = e.row0, s.rows = e.tokens;
+    return s;
+  });
 }
 
 void zero_fill(Backend &be, const TensorView &t, const void *zero4) {

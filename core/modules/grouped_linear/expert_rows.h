@@ -27,11 +27,12 @@ TensorView row_block(const TensorView &m, int64_t row0, int64_t rows);
 // The matrix an expert computes on: its block of `pad` when padded, else its rows of `m`.
 TensorView expert_matrix(const ExpertRows &e, const TensorView &m, const TensorView &pad);
 
-// Copies the expert's rows of m into its block of pad and zeroes the padding rows after them.
-// pad's columns are a multiple of 16 (FP8 features), so every row starts 4-byte aligned.
-void pad_rows(Backend &be, const ExpertRows &e, const TensorView &m, const TensorView &pad);
-// Copies the expert's real rows from its block of pad back into m.
-void unpad_rows(Backend &be, const ExpertRows &e, const TensorView &pad, const TensorView &m);
+// Copies every padded expert's rows of m into its block of pad and zeroes the padding rows after
+// them, all in one backend call (Backend::copy_row_segments). pad's columns are a multiple of 16
+// (FP8 features), so every row starts 4-byte aligned.
+void pad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &m, const TensorView &pad);
+// Copies every padded expert's real rows from its block of pad back into m (one backend call).
+void unpad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &pad, const TensorView &m);
 
 // Writes zeros over all of t, whatever its dtype and alignment (a caller's BF16 tensor may start
 // 2 bytes off a float). zero4 points to 4 zero bytes on the device.

@@ -116,21 +116,23 @@ GroupedLinearSaved *grouped_linear_forward_compute(Context &ctx, GroupedLinear &
     for (auto &s : steps.steps)
       if (s) s->commit();
     if (mode.fp8) saved->ticket = ac.enter_module();
+    pad_experts(be, rows, n, x2d, x_pad2d);
+    int running = 0;
+    for (int i = 0; i < n; ++i)
+      if (steps.steps[i]) L.call.forward_running[static_cast<size_t>(running++)] = &*steps.steps[i];
+    ProjectionForward::run_all(L.call.forward_running.data(), running);
     for (int i = 0; i < n; ++i) {
-      const ExpertRows &e = rows[i];
       ProjectionSaved &ps = saved->experts[static_cast<size_t>(i)];
-      if (e.tokens == 0) {
+      if (rows[i].tokens == 0) {
         // A weight that changed was not quantized: a later weight_unchanged forward must not
         // reuse the FP8 copy of the old one.
         if (mode.fp8 && !args.weight_unchanged) L.experts[i].weight_cache.reset();
         ps.fp8 = mode.fp8;
         continue;
       }
-      if (e.is_padded()) pad_rows(be, e, x2d, x_pad2d);
-      steps.steps[i]->run();
-      if (e.is_padded()) unpad_rows(be, e, y_pad2d, y2d);
       steps.steps[i]->save(&ps);
     }
+    unpad_experts(be, rows, n, y_pad2d, y2d);
   } catch (...) {
     pools.saved.release(saved);
     throw;

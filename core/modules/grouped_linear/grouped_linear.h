@@ -43,6 +43,9 @@ struct GroupedLinearCallStorage {
   std::vector<ExpertRows> rows;
   std::vector<std::optional<ProjectionForward>> forward;
   std::vector<std::optional<ProjectionBackward>> backward;
+  // The steps of the experts that got tokens, in order, for run_all.
+  std::vector<ProjectionForward *> forward_running;
+  std::vector<ProjectionBackward *> backward_running;
 };
 
 // Everything of a layer that outlives one call; backward contexts share it.

@@ -15,7 +15,9 @@ GroupedLinearCallStorage::GroupedLinearCallStorage(int n)
       db(static_cast<size_t>(n)),
       rows(static_cast<size_t>(n)),
       forward(static_cast<size_t>(n)),
-      backward(static_cast<size_t>(n)) {}
+      backward(static_cast<size_t>(n)),
+      forward_running(static_cast<size_t>(n)),
+      backward_running(static_cast<size_t>(n)) {}
 
 GroupedLinearCore::GroupedLinearCore(Context &ctx, const GroupedLinearOptions &o)
     : ctx_ref(&ctx), ctx(ctx), opts(o), experts(static_cast<size_t>(o.num_gemms)), call(o.num_gemms) {}

@@ -73,30 +73,75 @@ void ProjectionBackward::commit() {
   }
 }
 
+bool ProjectionBackward::quantizes() const { return saved_.fp8 && (g_.dx.data != nullptr || g_.dw.data != nullptr); }
+
+QuantizeRequest ProjectionBackward::dy_request() const {
+  QuantizeRequest req;
+  req.recipe = recipe_;
+  req.group = group_;
+  req.state = &st_.grad_output;
+  if (delayed_ && !snapshot_pending_) req.scale = saved_.grad_scale.floats();
+  if (snapshot_pending_) req.scale_copy = saved_.grad_scale.floats();
+  req.dbias = g_.db;  // the bias gradient in the pass that casts dy
+  req.source = dy_source_;
+  return req;
+}
+
+void ProjectionBackward::snapshot_without_cast() {
+  if (snapshot_pending_) ctx_.backend().copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));
+}
+
+int ProjectionBackward::gemms(GemmArgs *out) const {
+  int n = 0;
+  if (g_.dx.data) out[n++] = dgrad_;
+  if (g_.dw.data) out[n++] = wgrad_;
+  return n;
+}
+
+void ProjectionBackward::unfused_bias_grad() {
+  if (g_.db.data && !quantizes()) ctx_.backend().bias_grad(dy_, g_.db);
+}
+
 void ProjectionBackward::run() {
-  Backend &be = ctx_.backend();
-  const bool want_dx = g_.dx.data != nullptr, want_dw = g_.dw.data != nullptr;
-  if (saved_.fp8 && (want_dx || want_dw)) {
-    QuantizeRequest req;
-    req.recipe = recipe_;
-    req.group = group_;
-    req.state = &st_.grad_output;
-    if (delayed_ && !snapshot_pending_) req.scale = saved_.grad_scale.floats();
-    if (snapshot_pending_) req.scale_copy = saved_.grad_scale.floats();
-    req.dbias = g_.db;  // the bias gradient in the pass that casts dy
-    req.source = dy_source_;
-    quantize(be, req, dy_, dyq_);
-  } else if (snapshot_pending_) {
-    be.copy(saved_.grad_scale.get(), st_.grad_output.scale(), sizeof(float));
-  }
+  if (quantizes()) quantize(ctx_.backend(), dy_request(), dy_, dyq_);
+  else snapshot_without_cast();
   snapshot_pending_ = false;
   // dgrad and wgrad in one backend call: small ones share a launch.
-  GemmArgs gemms[2];
-  int n = 0;
-  if (want_dx) gemms[n++] = dgrad_;
-  if (want_dw) gemms[n++] = wgrad_;
-  be.gemm_many(gemms, n);
-  if (g_.db.data && !(saved_.fp8 && (want_dx || want_dw))) be.bias_grad(dy_, g_.db);
+  GemmArgs g[2];
+  ctx_.backend().gemm_many(g, gemms(g));
+  unfused_bias_grad();
+}
+
+void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
+  if (n < 1) return;
+  Backend &be = steps[0]->ctx_.backend();
+  constexpr int kBatch = 8;  // dy casts per backend call; GEMMs per gemm_many (a step's two stay together)
+  QuantizeRequest reqs[kBatch];
+  TensorView xs[kBatch];
+  QuantizedMatrix *outs[kBatch];
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    ProjectionBackward &s = *steps[i];
+    if (!s.quantizes()) {
+      s.snapshot_without_cast();
+      continue;
+    }
+    if (k == kBatch) quantize_many(be, reqs, xs, outs, k), k = 0;
+    reqs[k] = s.dy_request();
+    xs[k] = s.dy_;
+    outs[k++] = &s.dyq_;
+  }
+  if (k) quantize_many(be, reqs, xs, outs, k);
+  for (int i = 0; i < n; ++i) steps[i]->snapshot_pending_ = false;
+  // dgrad and wgrad through one backend call: small ones share a launch.
+  GemmArgs gemms[kBatch];
+  k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (k + 2 > kBatch) be.gemm_many(gemms, k), k = 0;
+    k += steps[i]->gemms(gemms + k);
+  }
+  if (k) be.gemm_many(gemms, k);
+  for (int i = 0; i < n; ++i) steps[i]->unfused_bias_grad();
 }
 
 void ProjectionBackward::register_state(uint64_t pass) {

@@ -1,5 +1,7 @@
 #include "modules/projection/projection.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace te {
@@ -118,38 +120,89 @@ void ProjectionForward::adopt_weight() {
   st_.weight_cache = wc_;
 }
 
+int ProjectionForward::quantize_items(QuantizeRequest *reqs, TensorView *xs, QuantizedMatrix **outs) {
+  int n = 0;
+  auto add = [&](ScalingState *state, const TensorView &x, QuantizedMatrix *out, const ActivationSource &source) {
+    reqs[n] = QuantizeRequest();
+    reqs[n].recipe = mode_.recipe;
+    reqs[n].group = mode_.group;
+    reqs[n].state = state;
+    reqs[n].source = source;
+    xs[n] = x;
+    outs[n++] = out;
+  };
+  if (!external_) add(&st_.input, x_, &xq_, x_source_);
+  if (!reuse_weight_ && !weight_quantized_elsewhere_) add(&st_.weight, w_, &wc_->q, ActivationSource());
+  if (weight_of_ && !weight_of_->reuse_weight_)
+    add(&weight_of_->st_.weight, weight_of_->w_, &weight_of_->wc_->q, ActivationSource());
+  return n;
+}
+
+void ProjectionForward::after_quantize() {
+  if (!reuse_weight_ && !weight_quantized_elsewhere_) adopt_weight();
+  if (weight_of_ && !weight_of_->reuse_weight_) weight_of_->adopt_weight();
+}
+
+void ProjectionForward::calibrate() {
+  if (!states_to_register()) return;
+  Backend &be = ctx_.backend();
+  be.amax(x_, st_.input.amax(), true);
+  be.amax(w_, st_.weight.amax(), true);
+}
+
+void ProjectionForward::register_states() {
+  if (!mode_.delayed() || !(mode_.fp8 || mode_.calibrating)) return;
+  Autocast &ac = ctx_.autocast();
+  ac.register_forward(&st_.input);
+  ac.register_forward(&st_.weight);
+}
+
 void ProjectionForward::run() {
   Backend &be = ctx_.backend();
-  Autocast &ac = ctx_.autocast();
-  if (!mode_.fp8) {
-    if (states_to_register()) {
-      be.amax(x_, st_.input.amax(), true);
-      be.amax(w_, st_.weight.amax(), true);
-      ac.register_forward(&st_.input);
-      ac.register_forward(&st_.weight);
-    }
-    be.gemm(fprop_);
-    return;
+  if (mode_.fp8) {
+    // The input and the weight(s) in one backend call: at small shapes each launch is the cost.
+    QuantizeRequest reqs[kMaxQuantizeItems];
+    TensorView xs[kMaxQuantizeItems];
+    QuantizedMatrix *outs[kMaxQuantizeItems];
+    const int n = quantize_items(reqs, xs, outs);
+    if (n) quantize_many(be, reqs, xs, outs, n);
+    after_quantize();
+  } else {
+    calibrate();
   }
-  // The input and the weight(s) in one backend call: at small shapes each launch is the cost.
-  QuantizeRequest reqs[3];
-  TensorView xs[3];
-  QuantizedMatrix *outs[3];
-  int n = 0;
-  const bool own_weight = !reuse_weight_ && !weight_quantized_elsewhere_;
-  ProjectionForward *later = weight_of_ && !weight_of_->reuse_weight_ ? weight_of_ : nullptr;
-  if (!external_) reqs[n].state = &st_.input, reqs[n].source = x_source_, xs[n] = x_, outs[n++] = &xq_;
-  if (own_weight) reqs[n].state = &st_.weight, xs[n] = w_, outs[n++] = &wc_->q;
-  if (later) reqs[n].state = &later->st_.weight, xs[n] = later->w_, outs[n++] = &later->wc_->q;
-  for (int i = 0; i < n; ++i) reqs[i].recipe = mode_.recipe, reqs[i].group = mode_.group;
-  quantize_many(be, reqs, xs, outs, n);
-  if (own_weight) adopt_weight();
-  if (later) later->adopt_weight();
   be.gemm(fprop_);
-  if (mode_.delayed()) {
-    ac.register_forward(&st_.input);
-    ac.register_forward(&st_.weight);
+  register_states();
+}
+
+void ProjectionForward::run_all(ProjectionForward *const *steps, int n) {
+  if (n < 1) return;
+  Backend &be = steps[0]->ctx_.backend();
+  // Quantizations, up to kBatch items per backend call (a step's items stay in one call).
+  constexpr int kBatch = 8;
+  static_assert(kBatch >= kMaxQuantizeItems, "a step's items fit one call");
+  QuantizeRequest reqs[kBatch];
+  TensorView xs[kBatch];
+  QuantizedMatrix *outs[kBatch];
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    ProjectionForward &s = *steps[i];
+    if (!s.mode_.fp8) {
+      s.calibrate();
+      continue;
+    }
+    if (k + kMaxQuantizeItems > kBatch) quantize_many(be, reqs, xs, outs, k), k = 0;
+    k += s.quantize_items(reqs + k, xs + k, outs + k);
   }
+  if (k) quantize_many(be, reqs, xs, outs, k);
+  for (int i = 0; i < n; ++i)
+    if (steps[i]->mode_.fp8) steps[i]->after_quantize();
+  GemmArgs gemms[kBatch];
+  for (int first = 0; first < n; first += kBatch) {
+    const int m = std::min(kBatch, n - first);
+    for (int i = 0; i < m; ++i) gemms[i] = steps[first + i]->fprop_;
+    be.gemm_many(gemms, m);
+  }
+  for (int i = 0; i < n; ++i) steps[i]->register_states();
 }
 
 void ProjectionForward::save(ProjectionSaved *out) {

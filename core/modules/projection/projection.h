@@ -99,6 +99,11 @@ class ProjectionForward {
   // Quantizes what it must, runs the GEMM, registers the states (the module has entered the
   // pass with Autocast::enter_module).
   void run();
+  // run() on each of n independent steps of one module (their inputs written, no step's output
+  // read by another), in order: the same results, with the quantizations sharing backend calls
+  // and the GEMMs going through gemm_many (GroupedLinear's experts: at small shapes each launch is
+  // the cost).
+  static void run_all(ProjectionForward *const *steps, int n);
   // Moves the residuals into *out.
   void save(ProjectionSaved *out);
 
@@ -115,6 +120,14 @@ class ProjectionForward {
   bool weight_quantized_elsewhere_ = false;
   // Makes the freshly quantized weight the projection's cache.
   void adopt_weight();
+  // run()'s parts. FP8: what to quantize (up to kMaxQuantizeItems entries; returns how many) and,
+  // once that is enqueued, the weight-cache bookkeeping. High precision: the calibration amaxes
+  // (delayed recipes). Then the states into the forward bucket.
+  static constexpr int kMaxQuantizeItems = 3;
+  int quantize_items(QuantizeRequest *reqs, TensorView *xs, QuantizedMatrix **outs);
+  void after_quantize();
+  void calibrate();
+  void register_states();
   QuantizedMatrix xq_;
   std::shared_ptr<WeightCache> wc_;
   ScalingState::Staged staged_in_, staged_w_;
@@ -136,6 +149,9 @@ class ProjectionBackward {
   int states_to_register() const { return registers_ ? 1 : 0; }
   void commit();
   void run();
+  // run() on each of n independent steps, in order: the same results, the dy quantizations
+  // sharing backend calls and the GEMMs going through gemm_many (as ProjectionForward::run_all).
+  static void run_all(ProjectionBackward *const *steps, int n);
   // Puts grad_output into the backward bucket of `pass` (after run).
   void register_state(uint64_t pass);
 
@@ -150,6 +166,13 @@ class ProjectionBackward {
   ProjectionGrads g_;
   bool registers_ = false, delayed_ = false;
   bool snapshot_pending_ = false;  // commit() took the gradient-scale snapshot's buffer; run() fills it
+  bool quantizes() const;  // FP8 with dx or dW asked for: dy is quantized
+  // run()'s parts: dy's quantization (quantizes() only) or the snapshot copy; the GEMMs (up to 2,
+  // returns how many); the bias gradient when no cast took it.
+  QuantizeRequest dy_request() const;
+  void snapshot_without_cast();
+  int gemms(GemmArgs *out) const;
+  void unfused_bias_grad();
   QuantizedMatrix dyq_;
   Buffer grad_scale_;
   ScalingState::Staged staged_;
