@@ -14,7 +14,7 @@
 // launch (launch_params_*).
 //
 //   te_bench_gpu_host [--profile] [--no-graph] [--steps N] [--reps N] [--warmup N] [--only CASE]
-//                     [--shape TOKENS,IN,OUT]
+//                     [--shape TOKENS,IN,OUT] [--experts N]
 //
 // --only and --shape serve a device profiler (ncu) on one case at a real shape: e.g.
 // `ncu --metrics gpu__time_duration.sum te_bench_gpu_host --only linear_delayed --no-graph
@@ -403,41 +403,46 @@ void bench_layernorm_mlp(const char *recipe, bool profile_it) {
   te_layernorm_mlp_destroy(m);
 }
 
-// GroupedLinear (mixture of experts): kExperts experts, the tokens split unevenly (one expert
-// gets none, the rest counts that are not multiples of 16, so every expert is padded under FP8).
-constexpr int kExperts = 8;
+// GroupedLinear (mixture of experts): g_experts experts (--experts), the tokens split unevenly
+// in the shares 3, 5, 0, 6, 2, 7, 4, 5 repeated (every eighth expert gets none; the others counts
+// that are mostly not multiples of 16, so they are padded under FP8).
+int g_experts = 8;
 void bench_grouped_linear(const char *recipe, bool profile_it) {
   if (!wanted(std::string("grouped_linear_") + recipe)) return;
   const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
+  const int n = g_experts;
   te_grouped_linear_options go;
   CHECK(te_grouped_linear_options_init(&go));
-  go.num_gemms = kExperts;
+  go.num_gemms = n;
   go.in_features = kIn;
   go.out_features = kOut;
   go.bias = 1;
   go.activation_dtype = TE_DTYPE_BF16;
   te_grouped_linear *g = nullptr;
   CHECK(te_grouped_linear_create(&g, g_ctx, &go));
-  // Shares of the tokens: 3, 5, 0, 6, 2, 7, 4, 5 of 32 (scaled to kTokens, the rest to the last).
-  const int64_t share[kExperts] = {3, 5, 0, 6, 2, 7, 4, 5};
-  int64_t splits[kExperts], sum = 0;
-  for (int i = 0; i < kExperts; ++i) {
-    splits[i] = i + 1 < kExperts ? share[i] * kTokens / 32 : kTokens - sum;
+  const int64_t share[8] = {3, 5, 0, 6, 2, 7, 4, 5};
+  int64_t total_share = 0;
+  for (int i = 0; i < n; ++i) total_share += share[i % 8];
+  std::vector<int64_t> splits(static_cast<size_t>(n));
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i) {
+    splits[i] = i + 1 < n ? share[i % 8] * kTokens / total_share : kTokens - sum;
     sum += splits[i];
   }
   te_tensor x = bf16(kTokens, kIn, 1.0f, 51), y = bf16(kTokens, kOut, 1e-3f, 52), dy = bf16(kTokens, kOut, 1e-2f, 53);
   te_tensor dx = bf16(kTokens, kIn, 1e-3f, 54);
-  te_tensor w[kExperts], b[kExperts], dw[kExperts], db[kExperts];
-  const te_tensor *wp[kExperts], *bp[kExperts];
-  te_tensor *dwp[kExperts], *dbp[kExperts];
-  for (int i = 0; i < kExperts; ++i) {
-    w[i] = bf16(kOut, kIn, 0.05f, 60 + i), b[i] = vec(kOut, 0.1f, 70 + i);
-    dw[i] = bf16(kOut, kIn, 1e-3f, 80 + i), db[i] = vec(kOut, 1e-3f, 90 + i);
+  std::vector<te_tensor> w(static_cast<size_t>(n)), b(w.size()), dw(w.size()), db(w.size());
+  std::vector<const te_tensor *> wp(w.size()), bp(w.size());
+  std::vector<te_tensor *> dwp(w.size()), dbp(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    const uint32_t seed = 60 + 4 * static_cast<uint32_t>(i);
+    w[i] = bf16(kOut, kIn, 0.05f, seed), b[i] = vec(kOut, 0.1f, seed + 1);
+    dw[i] = bf16(kOut, kIn, 1e-3f, seed + 2), db[i] = vec(kOut, 1e-3f, seed + 3);
     wp[i] = &w[i], bp[i] = &b[i], dwp[i] = &dw[i], dbp[i] = &db[i];
   }
   te_grouped_linear_forward_args fa;
   CHECK(te_grouped_linear_forward_args_init(&fa));
-  fa.input = &x, fa.m_splits = splits, fa.weights = wp, fa.biases = bp;
+  fa.input = &x, fa.m_splits = splits.data(), fa.weights = wp.data(), fa.biases = bp.data();
   te_linear_backward_args once;
   CHECK(te_linear_backward_args_init(&once));
   once.flags = TE_BACKWARD_ONCE;
@@ -445,7 +450,7 @@ void bench_grouped_linear(const char *recipe, bool profile_it) {
       std::string("grouped_linear_") + recipe, rc->autocast(),
       [&](te_grouped_linear_backward_ctx **bwd) { CHECK(te_grouped_linear_forward(g_ctx, g, &fa, &y, bwd)); },
       [&](te_grouped_linear_backward_ctx *bwd) {
-        CHECK(te_grouped_linear_backward(g_ctx, bwd, &dy, &dx, dwp, dbp, &once));
+        CHECK(te_grouped_linear_backward(g_ctx, bwd, &dy, &dx, dwp.data(), dbp.data(), &once));
       },
       te_grouped_linear_backward_ctx_destroy, profile_it);
   te_grouped_linear_destroy(g);
@@ -462,6 +467,13 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) g_warmup = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+    else if (!std::strcmp(argv[i], "--experts") && i + 1 < argc) {
+      g_experts = std::atoi(argv[++i]);
+      if (g_experts < 1 || g_experts > TE_GROUPED_LINEAR_MAX_GEMMS) {
+        std::fprintf(stderr, "te_bench_gpu_host: --experts wants 1..%d\n", TE_GROUPED_LINEAR_MAX_GEMMS);
+        return 2;
+      }
+    }
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
       long long t = 0, in = 0, out = 0;
       if (std::sscanf(argv[++i], "%lld,%lld,%lld", &t, &in, &out) != 3 || t < 1 || in < 1 || out < 1) {
@@ -472,7 +484,7 @@ int main(int argc, char **argv) {
     } else {
       std::fprintf(stderr,
                    "usage: te_bench_gpu_host [--profile] [--no-graph] [--steps N] [--reps N] [--warmup N] "
-                   "[--only CASE] [--shape TOKENS,IN,OUT]\n");
+                   "[--only CASE] [--shape TOKENS,IN,OUT] [--experts N]\n");
       return 2;
     }
   }

@@ -156,15 +156,18 @@ Result run_ln_mlp(Device device, RecipeKind kind, Activation act) {
   return r;
 }
 
-// Four experts over uneven splits: one empty, two not multiples of 16 (padded inside).
-Result run_grouped(Device device, RecipeKind kind) {
-  constexpr int kExperts = 4;
-  const int64_t splits[kExperts] = {37, 0, 64, 27};
-  const int64_t tokens = 128, in = 128, out = 96;
+// Experts over uneven splits, some empty, most not multiples of 16 (padded inside). Eleven
+// experts cross the batches of ProjectionForward/Backward::run_all (8 quantizations per call,
+// 8 small GEMMs per launch).
+Result run_grouped(Device device, RecipeKind kind, const std::vector<int64_t> &splits) {
+  const int experts = static_cast<int>(splits.size());
+  int64_t tokens = 0;
+  for (int64_t s : splits) tokens += s;
+  const int64_t in = 128, out = 96;
   Context ctx(device);
   Backend &be = ctx.backend();
   GroupedLinearOptions o;
-  o.num_gemms = kExperts;
+  o.num_gemms = experts;
   o.in_features = in;
   o.out_features = out;
   o.activation_dtype = DType::F32;
@@ -174,13 +177,13 @@ Result run_grouped(Device device, RecipeKind kind) {
   DeviceBuffer y(be, tokens * out * 4), dx(be, tokens * in * 4);
   std::vector<DeviceBuffer> w, b, dw, db;
   std::vector<TensorView> wv, bv, dwv, dbv;
-  for (int e = 0; e < kExperts; ++e) {
+  for (int e = 0; e < experts; ++e) {
     w.emplace_back(be, randn(out * in, 0.05f, 40 + e));
     b.emplace_back(be, randn(out, 0.1f, 50 + e));
     dw.emplace_back(be, out * in * 4);
     db.emplace_back(be, out * 4);
   }
-  for (int e = 0; e < kExperts; ++e) {
+  for (int e = 0; e < experts; ++e) {
     wv.push_back(make_view(w[e].get(), DType::F32, device, out, in));
     bv.push_back(vec_view(b[e], device, out));
     dwv.push_back(make_view(dw[e].get(), DType::F32, device, out, in));
@@ -190,7 +193,7 @@ Result run_grouped(Device device, RecipeKind kind) {
     uint64_t t = ctx.autocast().begin(true, false, recipe.get(), nullptr);
     GroupedLinearForwardArgs a;
     a.input = make_view(x.get(), DType::F32, device, tokens, in);
-    a.m_splits = splits;
+    a.m_splits = splits.data();
     a.weights = wv.data();
     a.biases = bv.data();
     GroupedLinearBackwardCtx *bwd = grouped_linear_pools(ctx).backward.acquire(ctx);
@@ -206,7 +209,7 @@ Result run_grouped(Device device, RecipeKind kind) {
   }
   Result r;
   r.outputs = {y.read<float>(), dx.read<float>()};
-  for (int e = 0; e < kExperts; ++e) {
+  for (int e = 0; e < experts; ++e) {
     r.outputs.push_back(dw[e].read<float>());
     r.outputs.push_back(db[e].read<float>());
     r.states.push_back(read_state(be, m.core()->experts[e].input));
@@ -289,7 +292,15 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaLayerNormMlp,
 class CudaGroupedLinear : public GpuTest, public ::testing::WithParamInterface<RecipeKind> {};
 
 TEST_P(CudaGroupedLinear, MatchesCpuReference) {
-  compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam()), run_grouped(Device{DeviceType::CPU, 0}, GetParam()));
+  const std::vector<int64_t> splits = {37, 0, 64, 27};
+  compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam(), splits),
+          run_grouped(Device{DeviceType::CPU, 0}, GetParam(), splits));
+}
+
+TEST_P(CudaGroupedLinear, ElevenExpertsMatchCpuReference) {
+  const std::vector<int64_t> splits = {37, 0, 64, 27, 5, 16, 0, 33, 1, 18, 55};
+  compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam(), splits),
+          run_grouped(Device{DeviceType::CPU, 0}, GetParam(), splits));
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaGroupedLinear,
