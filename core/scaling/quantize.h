@@ -49,6 +49,30 @@ void quantize(Backend &be, const QuantizeRequest &req, const TensorView &x, Quan
 // (Backend::quantize_many). Current scaling that reduces its amax over a group runs alone.
 void quantize_many(Backend &be, const QuantizeRequest *reqs, const TensorView *xs, QuantizedMatrix *const *outs,
                    int n);
+// Requests gathered for quantize_many, up to N per call: add() appends what fill(reqs, xs, outs)
+// writes (at most `most` entries, which stay in one call), flush() sends what is left.
+template <int N>
+class QuantizeBatch {
+ public:
+  explicit QuantizeBatch(Backend &be) : be_(be) {}
+  template <class Fill>
+  void add(int most, Fill fill) {
+    if (n_ + most > N) flush();
+    n_ += fill(reqs_ + n_, xs_ + n_, outs_ + n_);
+  }
+  void flush() {
+    if (n_) quantize_many(be_, reqs_, xs_, outs_, n_);
+    n_ = 0;
+  }
+
+ private:
+  Backend &be_;
+  QuantizeRequest reqs_[N];
+  TensorView xs_[N];
+  QuantizedMatrix *outs_[N];
+  int n_ = 0;
+};
+
 // Adds the scratch that quantize(be, req, x, out) takes to *plan.
 void plan_quantize(const Backend &be, const QuantizeRequest &req, const TensorView &x, const QuantizedMatrix &out,
                    ScratchPlan *plan);

@@ -116,26 +116,23 @@ void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
   if (n < 1) return;
   Backend &be = steps[0]->ctx_.backend();
   constexpr int kBatch = 8;  // dy casts per backend call; GEMMs per gemm_many (a step's two stay together)
-  QuantizeRequest reqs[kBatch];
-  TensorView xs[kBatch];
-  QuantizedMatrix *outs[kBatch];
-  int k = 0;
+  QuantizeBatch<kBatch> batch(be);
   for (int i = 0; i < n; ++i) {
     ProjectionBackward &s = *steps[i];
     if (!s.quantizes()) {
       s.snapshot_without_cast();
       continue;
     }
-    if (k == kBatch) quantize_many(be, reqs, xs, outs, k), k = 0;
-    reqs[k] = s.dy_request();
-    xs[k] = s.dy_;
-    outs[k++] = &s.dyq_;
+    batch.add(1, [&](QuantizeRequest *req, TensorView *x, QuantizedMatrix **out) {
+      *req = s.dy_request(), *x = s.dy_, *out = &s.dyq_;
+      return 1;
+    });
   }
-  if (k) quantize_many(be, reqs, xs, outs, k);
+  batch.flush();
   for (int i = 0; i < n; ++i) steps[i]->snapshot_pending_ = false;
   // dgrad and wgrad through one backend call: small ones share a launch.
   GemmArgs gemms[kBatch];
-  k = 0;
+  int k = 0;
   for (int i = 0; i < n; ++i) {
     if (k + 2 > kBatch) be.gemm_many(gemms, k), k = 0;
     k += steps[i]->gemms(gemms + k);

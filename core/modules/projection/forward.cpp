@@ -161,11 +161,9 @@ void ProjectionForward::run() {
   Backend &be = ctx_.backend();
   if (mode_.fp8) {
     // The input and the weight(s) in one backend call: at small shapes each launch is the cost.
-    QuantizeRequest reqs[kMaxQuantizeItems];
-    TensorView xs[kMaxQuantizeItems];
-    QuantizedMatrix *outs[kMaxQuantizeItems];
-    const int n = quantize_items(reqs, xs, outs);
-    if (n) quantize_many(be, reqs, xs, outs, n);
+    QuantizeBatch<kMaxQuantizeItems> batch(be);
+    batch.add(kMaxQuantizeItems, [&](auto *reqs, auto *xs, auto *outs) { return quantize_items(reqs, xs, outs); });
+    batch.flush();
     after_quantize();
   } else {
     calibrate();
@@ -180,20 +178,16 @@ void ProjectionForward::run_all(ProjectionForward *const *steps, int n) {
   // Quantizations, up to kBatch items per backend call (a step's items stay in one call).
   constexpr int kBatch = 8;
   static_assert(kBatch >= kMaxQuantizeItems, "a step's items fit one call");
-  QuantizeRequest reqs[kBatch];
-  TensorView xs[kBatch];
-  QuantizedMatrix *outs[kBatch];
-  int k = 0;
+  QuantizeBatch<kBatch> batch(be);
   for (int i = 0; i < n; ++i) {
     ProjectionForward &s = *steps[i];
     if (!s.mode_.fp8) {
       s.calibrate();
       continue;
     }
-    if (k + kMaxQuantizeItems > kBatch) quantize_many(be, reqs, xs, outs, k), k = 0;
-    k += s.quantize_items(reqs + k, xs + k, outs + k);
+    batch.add(kMaxQuantizeItems, [&](auto *reqs, auto *xs, auto *outs) { return s.quantize_items(reqs, xs, outs); });
   }
-  if (k) quantize_many(be, reqs, xs, outs, k);
+  batch.flush();
   for (int i = 0; i < n; ++i)
     if (steps[i]->mode_.fp8) steps[i]->after_quantize();
   GemmArgs gemms[kBatch];
