@@ -2,10 +2,11 @@
 // same program (issue 15's yardstick: te_linear_forward <= 3x a bare launch, a whole Linear
 // training step <= 25 us).
 //
-// Every case runs tiny shapes (32 tokens, 64 -> 64 features, BF16 activations, bias) so that the
-// GPU keeps ahead of the host and each timing is the host's own cost: the steady_clock time of
-// the call(s) named, inside an unsynchronised training loop (a synchronise after every 50 steps,
-// outside the timed region, keeps the launch queue short). Median over 7 x 50 steps after 20
+// Every case runs tiny shapes (32 tokens, 64 -> 64 features, BF16 activations, bias; attention:
+// 2 sequences of 32 tokens, 4 heads of 64) so that the GPU keeps ahead of the host and each
+// timing is the host's own cost: the steady_clock time of the call(s) named, inside an
+// unsynchronised training loop (a synchronise after every 50 steps, outside the timed region,
+// keeps the launch queue short). Median over 7 x 50 steps after 20
 // warm-up steps. One JSON object on stdout; with --profile, a second section counts the CUDA
 // runtime and driver API calls of one step of each case (CUPTI callbacks: the counts are exact;
 // the times are inflated by the callbacks themselves and only show where the calls cluster).
@@ -456,6 +457,47 @@ void bench_grouped_linear(const char *recipe, bool profile_it) {
   te_grouped_linear_destroy(g);
 }
 
+// Attention (TE's DotProductAttention): batch 2, 32 tokens a sequence, 4 heads of 64, causal,
+// BSHD. "bf16": autocast disabled (cuDNN's fused attention where cuDNN loads); an FP8 recipe:
+// options.fp8 = 1, Q, K, V and P in E4M3 (libte's kernels on Hopper).
+void bench_attention(const char *recipe, bool profile_it) {
+  if (!wanted(std::string("attention_") + recipe)) return;
+  const auto rc = bench::recipe_case_or_exit(recipe, "te_bench_gpu_host");
+  const int64_t batch = 2, seq = kTokens, heads = 4, dim = 64;
+  te_attention_options ao;
+  CHECK(te_attention_options_init(&ao));
+  ao.num_heads = heads;
+  ao.head_dim = dim;
+  ao.mask = TE_ATTN_MASK_CAUSAL;
+  ao.activation_dtype = TE_DTYPE_BF16;
+  ao.fp8 = std::strcmp(recipe, "bf16") != 0;
+  te_attention *m = nullptr;
+  CHECK(te_attention_create(&m, g_ctx, &ao));
+  auto bshd = [&](float stddev, uint32_t seed) {
+    te_tensor t = bf16(batch * seq, heads * dim, stddev, seed);
+    t.ndim = 4;
+    t.shape[0] = batch, t.shape[1] = seq, t.shape[2] = heads, t.shape[3] = dim;
+    return t;
+  };
+  te_tensor q = bshd(1.0f, 81), k = bshd(1.0f, 82), v = bshd(1.0f, 83), o = bshd(1e-3f, 84);
+  te_tensor d_o = bshd(1e-2f, 85), dq = bshd(1e-3f, 86), dk = bshd(1e-3f, 87), dv = bshd(1e-3f, 88);
+  te_attention_forward_args fa;
+  CHECK(te_attention_forward_args_init(&fa));
+  fa.q = &q, fa.k = &k, fa.v = &v;
+  te_attention_grads gr;
+  CHECK(te_attention_grads_init(&gr));
+  gr.dq = &dq, gr.dk = &dk, gr.dv = &dv;
+  te_linear_backward_args once;
+  CHECK(te_linear_backward_args_init(&once));
+  once.flags = TE_BACKWARD_ONCE;
+  run_module_step<te_attention_backward_ctx>(
+      std::string("attention_") + recipe, rc->autocast(),
+      [&](te_attention_backward_ctx **bwd) { CHECK(te_attention_forward(g_ctx, m, &fa, &o, bwd)); },
+      [&](te_attention_backward_ctx *bwd) { CHECK(te_attention_backward(g_ctx, bwd, &d_o, &gr, &once)); },
+      te_attention_backward_ctx_destroy, profile_it);
+  te_attention_destroy(m);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -572,6 +614,7 @@ int main(int argc, char **argv) {
   for (const char *r : {"delayed", "current", "block"}) bench_layernorm_linear(r, profile_calls);
   for (const char *r : {"delayed", "current", "block"}) bench_layernorm_mlp(r, profile_calls);
   for (const char *r : {"delayed", "current", "block", "bf16"}) bench_grouped_linear(r, profile_calls);
+  for (const char *r : {"bf16", "delayed", "current"}) bench_attention(r, profile_calls);
 
   CHECK(te_context_synchronize(g_ctx));
   for (void *p : g_buffers) te_context_free(g_ctx, p);

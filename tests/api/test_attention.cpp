@@ -404,6 +404,56 @@ TEST_F(AttentionTest, Fp8CurrentScalingWithinFp8Error) {
   check_fp8(ctx_, TE_RECIPE_CURRENT_SCALING, TE_ATTN_MASK_NONE);
 }
 
+// P's scale comes from its bound amax 1 and the recipe's options (448; 256 with power-of-2
+// scales), made once per option pair: a backward still pending from a forward under one recipe
+// runs as it would have alone after a forward under the other.
+TEST_F(AttentionTest, Fp8PendingBackwardKeepsItsForwardsPScale) {
+  Shape s;
+  Problem p(s, TE_DTYPE_BF16, TE_ATTN_MASK_CAUSAL, 47);
+  te_recipe_options plain_o = recipe_defaults(TE_RECIPE_CURRENT_SCALING), p2_o = plain_o;
+  p2_o.power_of_2_scales = 1;
+  RecipePtr plain = make_recipe(plain_o), p2 = make_recipe(p2_o);
+  auto s_scale = [&](te_attention *m) {
+    te_scaling_state_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    float hist[1] = {};
+    EXPECT_TE_OK(te_attention_get_scaling_state(ctx_, m, TE_ATTN_S, &info, hist, 1));
+    return info.scale;
+  };
+  AttnPtr fresh = make_attention(ctx_, p.options(1));
+  Grads want;
+  {
+    AutocastScope scope(ctx_, plain.get());
+    want = run(ctx_, fresh.get(), p);
+  }
+  AttnPtr m = make_attention(ctx_, p.options(1));
+  te_attention_forward_args a = p.args();
+  HostTensor o1 = make_tensor(p.dt, qshape(s, s.heads)), o2 = o1;
+  te_attention_backward_ctx *b1 = nullptr, *b2 = nullptr;
+  {
+    AutocastScope scope(ctx_, plain.get());
+    ASSERT_TE_OK(te_attention_forward(ctx_, m.get(), &a, o1.get(), &b1));
+  }
+  AttnBwdPtr owned1(b1);
+  EXPECT_EQ(s_scale(m.get()), 448.0f);
+  {
+    AutocastScope scope(ctx_, p2.get());
+    ASSERT_TE_OK(te_attention_forward(ctx_, m.get(), &a, o2.get(), &b2));
+  }
+  AttnBwdPtr owned2(b2);
+  EXPECT_EQ(s_scale(m.get()), 256.0f);
+  EXPECT_NE(o2.bytes, o1.bytes) << "the two P scales should quantize P differently";
+  HostTensor dq = make_tensor(p.dt, qshape(s, s.heads)), dk = make_tensor(p.dt, kvshape(s)), dv = dk;
+  te_attention_grads gr;
+  ASSERT_TE_OK(te_attention_grads_init(&gr));
+  gr.dq = dq.get(), gr.dk = dk.get(), gr.dv = dv.get();
+  ASSERT_TE_OK(te_attention_backward(ctx_, b1, p.dout.get(), &gr, nullptr));
+  EXPECT_TRUE(bitwise_equal(o1, want.o)) << "O";
+  EXPECT_TRUE(bitwise_equal(dq, want.dq) && bitwise_equal(dk, want.dk) && bitwise_equal(dv, want.dv))
+      << "the pending backward used another forward's P scale";
+}
+
 TEST_F(AttentionTest, Fp8OffByDefaultAndRefusedUnderBlockScaling) {
   Shape s;
   Problem p(s, TE_DTYPE_BF16, TE_ATTN_MASK_NONE, 2);

@@ -30,7 +30,7 @@ void CudaBackend::attention_forward(const AttentionForwardArgs &args) {
   }
   if (attention_impl_ == AttentionImpl::Cudnn)
     fail(Status::Unsupported, "cuDNN's fused attention cannot run this call (TE_ATTENTION_IMPL=cudnn): %s",
-         s ? "shape, mask or dtype not supported" : (sdpa_why_ ? sdpa_why_ : "cuDNN unavailable"));
+         s ? "shape, mask or dtype not supported" : (sdpa_why_.empty() ? "cuDNN unavailable" : sdpa_why_.c_str()));
   attention_forward_kernels(*this, args, stream_);
 }
 
@@ -45,7 +45,7 @@ void CudaBackend::attention_backward(const AttentionBackwardArgs &args) {
   }
   if (attention_impl_ == AttentionImpl::Cudnn)
     fail(Status::Unsupported, "cuDNN's fused attention cannot run this call (TE_ATTENTION_IMPL=cudnn): %s",
-         s ? "shape, mask or dtype not supported" : (sdpa_why_ ? sdpa_why_ : "cuDNN unavailable"));
+         s ? "shape, mask or dtype not supported" : (sdpa_why_.empty() ? "cuDNN unavailable" : sdpa_why_.c_str()));
   attention_backward_kernels(*this, args, stream_);
 }
 

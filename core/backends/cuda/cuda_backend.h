@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
 #include "backends/backend.h"
 #include "backends/cuda/block_cache.h"
@@ -103,7 +104,7 @@ class CudaBackend final : public Backend {
   static AttentionImpl attention_impl_from_env();
   AttentionImpl attention_impl_ = attention_impl_from_env();
   mutable bool sdpa_tried_ = false;
-  mutable const char *sdpa_why_ = nullptr;
+  mutable std::string sdpa_why_;  // why sdpa_ is null, once tried
   mutable std::unique_ptr<CudnnSdpa> sdpa_;
   CudnnSdpa *sdpa() const;  // loads cuDNN on first use; nullptr when unavailable
 };

@@ -287,14 +287,22 @@ struct Shape {
   bool varlen = false;
   int mask = 0;
   float scale = 1.0f;
-  std::string key() const {
-    char buf[256];
+  // The plan cache's key: every field above as plain data, so that a call's lookup neither
+  // formats nor allocates.
+  using Key = std::array<int64_t, 13>;
+  Key key() const {
     uint32_t sbits;
     std::memcpy(&sbits, &scale, 4);
-    std::snprintf(buf, sizeof(buf), "%d/%d/%d/%d/%lld/%lld/%lld/%lld/%lld/%lld/%d/%d/%08x", backward ? 1 : 0,
-                  static_cast<int>(io), static_cast<int>(out), fp8 ? 1 : 0, (long long)b, (long long)h, (long long)hk, (long long)d, (long long)sq,
-                  (long long)skv, varlen ? 1 : 0, mask, sbits);
-    return buf;
+    return {backward ? 1 : 0, static_cast<int64_t>(io), static_cast<int64_t>(out), fp8 ? 1 : 0, b, h, hk, d, sq,
+            skv, varlen ? 1 : 0, mask, static_cast<int64_t>(sbits)};
+  }
+  // The key as text, for TE_CUDNN_SDPA_DEBUG's lines (printed when a plan is built).
+  void describe(char *buf, size_t size) const {
+    const Key k = key();
+    std::snprintf(buf, size, "%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%08llx", (long long)k[0],
+                  (long long)k[1], (long long)k[2], (long long)k[3], (long long)k[4], (long long)k[5], (long long)k[6],
+                  (long long)k[7], (long long)k[8], (long long)k[9], (long long)k[10], (long long)k[11],
+                  (long long)k[12]);
   }
 };
 
@@ -503,28 +511,41 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     return i;
   }
 
-  // The cached plan for s (built on first sight), or nullptr when cuDNN cannot run it.
+  // The cached plan for s (built on first sight), or nullptr when cuDNN cannot run it. A call
+  // looks its shape up three times (plan, support, run): the last key of each direction is
+  // remembered, so a steady training loop compares 13 integers and finds its plan.
   Plan *plan_for(const Shape &s) {
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string key = s.key();
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return it->second->ok ? it->second.get() : nullptr;
+    const Shape::Key key = s.key();
+    LastPlan &last = last_[s.backward ? 1 : 0];
+    if (!last.plan || last.key != key) {
+      auto it = plans_.find(key);
+      if (it == plans_.end()) it = plans_.emplace(key, build_or_explain(s)).first;
+      last.key = key;
+      last.plan = it->second.get();
+    }
+    return last.plan->ok ? last.plan : nullptr;
+  }
+
+  // A plan for s; one that cuDNN refuses is kept too (ok false, with its reason), so that a shape
+  // is asked of cuDNN once.
+  std::unique_ptr<Plan> build_or_explain(const Shape &s) {
     auto p = std::make_unique<Plan>();
+    char what[256] = "";
+    if (debug_enabled()) s.describe(what, sizeof what);
     try {
       build(s, p.get());
     } catch (const std::exception &e) {
       p->ok = false;
       p->why = e.what();
       p->keep.clear();
-      if (debug_enabled()) std::fprintf(stderr, "[te cudnn sdpa] %s %s: not supported: %s\n", s.backward ? "bwd" : "fwd",
-                                        key.c_str(), e.what());
+      if (debug_enabled())
+        std::fprintf(stderr, "[te cudnn sdpa] %s %s: not supported: %s\n", s.backward ? "bwd" : "fwd", what, e.what());
     }
     if (p->ok && debug_enabled())
       std::fprintf(stderr, "[te cudnn sdpa] %s %s: plan built (cuDNN %zu, workspace %lld, padding %d)\n",
-                   s.backward ? "bwd" : "fwd", key.c_str(), version_, (long long)p->cudnn_ws, p->padding ? 1 : 0);
-    Plan *raw = p.get();
-    plans_.emplace(key, std::move(p));
-    return raw->ok ? raw : nullptr;
+                   s.backward ? "bwd" : "fwd", what, version_, (long long)p->cudnn_ws, p->padding ? 1 : 0);
+    return p;
   }
 
   void build(const Shape &s, Plan *p) {
@@ -743,17 +764,20 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   int sm_major_ = 0;
   size_t version_ = 0;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::map<Shape::Key, std::unique_ptr<Plan>> plans_;  // never erased: plans stay where they are
+  struct LastPlan {
+    Shape::Key key{};
+    Plan *plan = nullptr;
+  };
+  LastPlan last_[2];  // forward, backward
 };
 
 }  // namespace
 
-std::unique_ptr<CudnnSdpa> CudnnSdpa::create(int device, const char **why) {
-  static std::string reason;
+std::unique_ptr<CudnnSdpa> CudnnSdpa::create(int device, std::string *why) {
   auto say = [&](const std::string &r) {
-    reason = r;
-    if (why) *why = reason.c_str();
-    if (debug_enabled()) std::fprintf(stderr, "[te cudnn sdpa] unavailable: %s\n", reason.c_str());
+    if (why) *why = r;
+    if (debug_enabled()) std::fprintf(stderr, "[te cudnn sdpa] unavailable: %s\n", r.c_str());
     return nullptr;
   };
   std::unique_ptr<CudnnApi> api;

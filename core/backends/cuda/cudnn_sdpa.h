@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
 #include "backends/backend.h"
 
@@ -14,9 +15,9 @@ namespace te::cuda {
 
 class CudnnSdpa {
  public:
-  // nullptr when libcudnn cannot be loaded or has no usable handle for `device` (the reason is
-  // kept in why_unavailable()).
-  static std::unique_ptr<CudnnSdpa> create(int device, const char **why_unavailable);
+  // nullptr when libcudnn cannot be loaded or has no usable handle for `device`, with the reason
+  // in *why_unavailable (the caller's: each backend keeps its own).
+  static std::unique_ptr<CudnnSdpa> create(int device, std::string *why_unavailable);
   virtual ~CudnnSdpa() = default;
 
   // Whether cuDNN runs this call (builds and caches the plan on first sight of a shape; false

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "modules/common/object_pool.h"
 #include "modules/common/residual_memory.h"
@@ -33,6 +34,19 @@ struct AttentionCore {
   AttentionOptions opts;
   ScalingState states[kAttnStates];
   ScalingState &state(AttnTensor t) { return states[static_cast<int>(t)]; }
+  // P's scale and scale_inv on the device (from its bound amax 1) for these recipe options:
+  // computed at their first sight and never rewritten, so a forward launches nothing for it and
+  // a pending backward reads its forward's pair through a plain pointer. May throw (allocation,
+  // launch) with nothing changed.
+  const float *p_scale(Backend &be, const RecipeOptions &ro);
+
+ private:
+  struct PScale {
+    bool power_of_2 = false;
+    float epsilon = 0.0f;
+    Buffer floats;  // [1 (the bound amax), scale, scale_inv]
+  };
+  std::vector<PScale> p_scales_;  // one per option pair seen: a handful at most
 };
 
 void attention_record_destroy(void *record);
@@ -70,7 +84,7 @@ struct AttentionSaved : Handle {
   TensorView q, k, v, o;            // FP8: q, k, v view q8/k8/v8; else the caller's
   QuantizedMatrix q8, k8, v8;       // FP8 only
   Buffer lse;                       // F32 [tokens_q, heads]
-  Buffer s_scale;                   // FP8: the forward's S scale and scale_inv
+  const float *s_scale = nullptr;   // FP8: the forward's S scale and scale_inv (layer->p_scale)
   // Delayed scaling: dO's and dS's scale and scale_inv at the first backward, so that a repeated
   // backward quantizes identically after the pass's update has moved the states.
   Buffer grad_scales;

@@ -91,8 +91,8 @@ void attention_backward(Context &ctx, AttentionBackwardCtx &bwd, const TensorVie
     staged_dp = A.state(AttnTensor::DP).stage(be, ctx.amax_slots(), *recipe, f8);
     plan_quantize(be, req, d_o, do8, &plan);
     ba.d_o8 = do8.row;
-    ba.s_scale = s.s_scale.floats();
-    ba.s_scale_inv = s.s_scale.floats() + 1;
+    ba.s_scale = s.s_scale;
+    ba.s_scale_inv = s.s_scale + 1;
     if (!delayed) {
       amax_pass = ba;
       amax_pass.dp_amax_only = true;

@@ -151,7 +151,7 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
       s->q8.allocate(be, ScalingMode::PerTensor, DType::E4M3, dims.tokens_q * dims.heads, hd, true, false);
       s->k8.allocate(be, ScalingMode::PerTensor, DType::E4M3, dims.tokens_kv * dims.kv_heads, hd, true, false);
       s->v8.allocate(be, ScalingMode::PerTensor, DType::E4M3, dims.tokens_kv * dims.kv_heads, hd, true, false);
-      s->s_scale = Buffer(&be, 2 * sizeof(float));
+      s->s_scale = A.p_scale(be, r.options());
       for (int i = 0; i < 4; ++i) staged[i] = A.states[i].stage(be, ctx.amax_slots(), r, DType::E4M3);
       plan_quantize(be, req, in.q, s->q8, &plan);
       plan_quantize(be, req, in.k, s->k8, &plan);
@@ -159,8 +159,8 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
       s->q = s->q8.row;
       s->k = s->k8.row;
       s->v = s->v8.row;
-      fa.s_scale = s->s_scale.floats();
-      fa.s_scale_inv = s->s_scale.floats() + 1;
+      fa.s_scale = s->s_scale;
+      fa.s_scale_inv = s->s_scale + 1;
     } else {
       s->q = in.q;
       s->k = in.k;
@@ -181,15 +181,12 @@ AttentionSaved *attention_forward_compute(Context &ctx, Attention &m, const Atte
       QuantizeRequest reqs[3] = {req, req, req};
       for (int i = 0; i < 3; ++i) reqs[i].state = &A.states[i];
       quantize_many(be, reqs, hp, q8, 3);
-      // P <= 1, so its scale comes from that bound under every recipe: no pass over the scores,
-      // and no first steps at the state's initial scale 1, which would flush the P of long
-      // sequences (~1/seq) to zero. Delayed scaling still records max P in S's state.
+      // P <= 1, so its scale comes from that bound under every recipe (s_scale, made once per
+      // recipe options): no pass over the scores, and no first steps at the state's initial
+      // scale 1, which would flush the P of long sequences (~1/seq) to zero. Delayed scaling
+      // still records max P in S's state.
       ScalingState &S = A.state(AttnTensor::S);
-      const RecipeOptions &ro = mode.recipe->options();
-      be.fill_floats(S.amax_scratch(), 1.0f, 1);
-      be.scale_from_amax(S.amax_scratch(), s->s_scale.floats(), s->s_scale.floats() + 1, kE4M3Max,
-                         ro.power_of_2_scales, ro.amax_epsilon);
-      if (!delayed) be.copy(S.scale(), s->s_scale.get(), 2 * sizeof(float));  // scale and scale_inv side by side
+      if (!delayed) be.copy(S.scale(), s->s_scale, 2 * sizeof(float));  // scale and scale_inv side by side
       // Only now: commit() gives a state used for the first time its amax slot.
       if (delayed) fa.s_amax = S.amax();
     }

@@ -7,6 +7,21 @@
 
 namespace te {
 
+const float *AttentionCore::p_scale(Backend &be, const RecipeOptions &ro) {
+  for (const PScale &p : p_scales_)
+    if (p.power_of_2 == ro.power_of_2_scales && p.epsilon == ro.amax_epsilon) return p.floats.floats() + 1;
+  p_scales_.reserve(p_scales_.size() + 1);  // the push_back below cannot throw
+  PScale p;
+  p.power_of_2 = ro.power_of_2_scales;
+  p.epsilon = ro.amax_epsilon;
+  p.floats = Buffer(&be, 3 * sizeof(float));
+  float *f = p.floats.floats();
+  be.fill_floats(f, 1.0f, 1);
+  be.scale_from_amax(f, f + 1, f + 2, kE4M3Max, ro.power_of_2_scales, ro.amax_epsilon);
+  p_scales_.push_back(std::move(p));
+  return f + 1;
+}
+
 AttentionPools &attention_pools(Context &ctx) { return module_pools<AttentionPools>(ctx, ModuleSlot::Attention); }
 
 void AttentionSaved::clear() {
@@ -21,7 +36,7 @@ void AttentionSaved::clear() {
   k8 = QuantizedMatrix();
   v8 = QuantizedMatrix();
   lse.reset();
-  s_scale.reset();
+  s_scale = nullptr;
   grad_scales.reset();
   grad_scales_taken = false;
 }
