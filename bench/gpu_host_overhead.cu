@@ -17,7 +17,9 @@
 //   te_bench_gpu_host [--profile] [--no-graph] [--steps N] [--reps N] [--warmup N] [--only CASE]
 //                     [--shape TOKENS,IN,OUT] [--experts N]
 //
-// --only and --shape serve a device profiler (ncu) on one case at a real shape: e.g.
+// --only takes a comma-separated list of cases, each a name or a prefix ending in '*'
+// (`--only 'linear_*,attention_bf16'`). --only and --shape serve a device profiler (ncu) on one
+// case at a real shape: e.g.
 // `ncu --metrics gpu__time_duration.sum te_bench_gpu_host --only linear_delayed --no-graph
 //  --shape 16384,4096,14336 --warmup 1 --steps 1 --reps 1` lists the kernels and times of the
 // warm-up step and the timed one.
@@ -222,7 +224,19 @@ te_tensor vec(int64_t n, float stddev, uint32_t seed) {
 
 int64_t kTokens = 32, kIn = 64, kOut = 64, kFfn = 128;  // --shape sets tokens, in (= hidden), out (= ffn)
 
-bool wanted(const std::string &name) { return g_only.empty() || g_only == name; }
+// --only: a comma-separated list of cases, each a name or a prefix ending in '*'.
+bool wanted(const std::string &name) {
+  if (g_only.empty()) return true;
+  for (size_t at = 0; at <= g_only.size();) {
+    const size_t end = std::min(g_only.find(',', at), g_only.size());
+    const std::string pat = g_only.substr(at, end - at);
+    if (!pat.empty() && pat.back() == '*' ? name.compare(0, pat.size() - 1, pat, 0, pat.size() - 1) == 0
+                                           : pat == name)
+      return true;
+    at = end + 1;
+  }
+  return false;
+}
 
 // Counts the API calls of `step` when asked and CUPTI is built in.
 void maybe_profile(const std::string &name, const std::function<void(std::vector<double> &)> &step, int nseg,

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
-#include <charconv>
 #include <cstring>
 #include <vector>
 
@@ -22,34 +21,16 @@ namespace {
 // Far beyond any model's parameter count, small enough that the host-side list stays cheap.
 constexpr size_t kMaxParams = size_t(1) << 20;
 
-// "params[i].field" for messages. Built for every field of every entry on each step (the checks
-// take names up front), so with std::to_chars and copies rather than a printf-style format.
-struct FieldName {
-  char s[64];
-  FieldName(size_t i, const char *field) {
-    static constexpr char kHead[] = "params[";
-    char *p = s;
-    std::memcpy(p, kHead, sizeof kHead - 1);
-    p += sizeof kHead - 1;
-    p = std::to_chars(p, s + 28, i).ptr;  // at most 20 digits
-    *p++ = ']';
-    *p++ = '.';
-    const size_t n = std::min(std::strlen(field), static_cast<size_t>(s + sizeof s - 1 - p));
-    std::memcpy(p, field, n);
-    p[n] = '\0';
-  }
-  operator const char *() const { return s; }
-};
-
-void check_float_dtype(const TensorView &t, const char *name, const Device &dev) {
+void check_float_dtype(const TensorView &t, const ArgName &name, const Device &dev) {
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    fail(Status::InvalidArgument, "argument '%s': expected F32, F16 or BF16, got %s", name, dtype_name(t.dtype));
+    fail(Status::InvalidArgument, "argument '%s': expected F32, F16 or BF16, got %s",
+         name.c_str(), dtype_name(t.dtype));
   check_device(t, name, dev);
 }
 
-void check_numel(const TensorView &t, const char *name, int64_t numel) {
+void check_numel(const TensorView &t, const ArgName &name, int64_t numel) {
   if (t.numel() != numel)
-    fail(Status::InvalidArgument, "argument '%s': expected %lld elements (those of the param), got %lld", name,
+    fail(Status::InvalidArgument, "argument '%s': expected %lld elements (those of the param), got %lld", name.c_str(),
          (long long)numel, (long long)t.numel());
 }
 
@@ -94,15 +75,15 @@ ProjectionState *resolve_owner(Context &ctx, const te_adamw_param &p, size_t i, 
   const int kind = enum_int(p.owner_kind);
   if (kind < TE_MODULE_NONE || kind > TE_MODULE_LAYERNORM_MLP)
     fail(Status::InvalidArgument, "argument '%s': expected a te_module_kind value, got %d",
-         (const char *)FieldName(i, "owner_kind"), kind);
+         ArgName::field_of("params", i, "owner_kind").c_str(), kind);
   if (kind == TE_MODULE_NONE) {
     if (p.owner)
       fail(Status::InvalidArgument, "argument '%s': expected NULL with owner_kind TE_MODULE_NONE, got a pointer",
-           (const char *)FieldName(i, "owner"));
+           ArgName::field_of("params", i, "owner").c_str());
     return nullptr;
   }
   if (!p.owner) return nullptr;  // te.h: "the module handle of owner_kind, or NULL"
-  const FieldName owner_name(i, "owner");
+  const ArgName owner_name = ArgName::field_of("params", i, "owner");
   ProjectionState *st = nullptr;
   Context *owner_ctx = nullptr;
   int64_t rows = 0, cols = 0;
@@ -129,7 +110,7 @@ ProjectionState *resolve_owner(Context &ctx, const te_adamw_param &p, size_t i, 
       gemm = p.owner_gemm;
       if (gemm != TE_MLP_FC1 && gemm != TE_MLP_FC2)
         fail(Status::InvalidArgument, "argument '%s': expected TE_MLP_FC1 or TE_MLP_FC2, got %d",
-             (const char *)FieldName(i, "owner_gemm"), gemm);
+             ArgName::field_of("params", i, "owner_gemm").c_str(), gemm);
       st = gemm == TE_MLP_FC1 ? &core.fc1 : &core.fc2;
       owner_ctx = &core.ctx;
       rows = gemm == TE_MLP_FC1 ? core.opts.fc1_out() : core.opts.hidden;
@@ -139,15 +120,15 @@ ProjectionState *resolve_owner(Context &ctx, const te_adamw_param &p, size_t i, 
   }
   if (owner_ctx != &ctx)
     fail(Status::InvalidArgument, "argument '%s': the module belongs to another context than 'ctx'",
-         (const char *)owner_name);
+         owner_name.c_str());
   if (param.ndim != 2 || param.shape[0] != rows || param.shape[1] != cols)
     fail(Status::InvalidArgument,
          "argument '%s': the owner's weight is [%lld, %lld], expected the param to have that shape, got %d dims "
-         "[%lld, ...]", (const char *)FieldName(i, "param"), (long long)rows, (long long)cols, param.ndim,
+         "[%lld, ...]", ArgName::field_of("params", i, "param").c_str(), (long long)rows, (long long)cols, param.ndim,
          (long long)param.shape[0]);
   if (std::find(seen.begin(), seen.end(), static_cast<const void *>(st)) != seen.end())
     fail(Status::InvalidArgument, "argument '%s': this module weight is already the owner of an earlier param",
-         (const char *)owner_name);
+         owner_name.c_str());
   seen.push_back(st);
   return st;
 }
@@ -227,26 +208,26 @@ TE_API te_status te_adamw_step(te_context *ctx, const te_adamw_options *opts, co
       const auto &p = *reinterpret_cast<const te_adamw_param *>(reinterpret_cast<const char *>(params) + i * stride);
       if (p.struct_size != stride)
         fail(Status::InvalidArgument, "argument '%s': expected %zu (params[0].struct_size: every entry the same), got %zu",
-             (const char *)FieldName(i, "struct_size"), stride, p.struct_size);
+             ArgName::field_of("params", i, "struct_size").c_str(), stride, p.struct_size);
       AdamwParam &a = list[i];
-      a.param = to_view(p.param, FieldName(i, "param"));
-      check_tensor(a.param, FieldName(i, "param"), DType::F32, dev);
+      a.param = to_view(p.param, ArgName::field_of("params", i, "param"));
+      check_tensor(a.param, ArgName::field_of("params", i, "param"), DType::F32, dev);
       const int64_t n = a.param.numel();
-      a.grad = to_view(p.grad, FieldName(i, "grad"));
-      check_float_dtype(a.grad, FieldName(i, "grad"), dev);
-      check_numel(a.grad, FieldName(i, "grad"), n);
-      a.exp_avg = to_view(p.exp_avg, FieldName(i, "exp_avg"));
-      check_tensor(a.exp_avg, FieldName(i, "exp_avg"), DType::F32, dev);
-      check_numel(a.exp_avg, FieldName(i, "exp_avg"), n);
-      a.exp_avg_sq = to_view(p.exp_avg_sq, FieldName(i, "exp_avg_sq"));
-      check_tensor(a.exp_avg_sq, FieldName(i, "exp_avg_sq"), DType::F32, dev);
-      check_numel(a.exp_avg_sq, FieldName(i, "exp_avg_sq"), n);
-      a.model_weight = to_optional_view(p.model_weight, FieldName(i, "model_weight"));
+      a.grad = to_view(p.grad, ArgName::field_of("params", i, "grad"));
+      check_float_dtype(a.grad, ArgName::field_of("params", i, "grad"), dev);
+      check_numel(a.grad, ArgName::field_of("params", i, "grad"), n);
+      a.exp_avg = to_view(p.exp_avg, ArgName::field_of("params", i, "exp_avg"));
+      check_tensor(a.exp_avg, ArgName::field_of("params", i, "exp_avg"), DType::F32, dev);
+      check_numel(a.exp_avg, ArgName::field_of("params", i, "exp_avg"), n);
+      a.exp_avg_sq = to_view(p.exp_avg_sq, ArgName::field_of("params", i, "exp_avg_sq"));
+      check_tensor(a.exp_avg_sq, ArgName::field_of("params", i, "exp_avg_sq"), DType::F32, dev);
+      check_numel(a.exp_avg_sq, ArgName::field_of("params", i, "exp_avg_sq"), n);
+      a.model_weight = to_optional_view(p.model_weight, ArgName::field_of("params", i, "model_weight"));
       if (a.model_weight.data) {
-        check_float_dtype(a.model_weight, FieldName(i, "model_weight"), dev);
-        check_numel(a.model_weight, FieldName(i, "model_weight"), n);
+        check_float_dtype(a.model_weight, ArgName::field_of("params", i, "model_weight"), dev);
+        check_numel(a.model_weight, ArgName::field_of("params", i, "model_weight"), n);
       }
-      check_bool(p.weight_decay, FieldName(i, "weight_decay"));
+      check_bool(p.weight_decay, ArgName::field_of("params", i, "weight_decay"));
       a.decay = p.weight_decay != 0;
       a.owner = resolve_owner(*c, p, i, a.param, owners);
       if (a.owner) {

@@ -46,9 +46,9 @@ const char *handle_kind_name(HandleKind k);
 
 // The live object behind the public handle `h` when it is one of `kind`; otherwise throws
 // InvalidArgument saying whether `h` was NULL, destroyed, of another type or no handle at all.
-[[noreturn]] void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const char *name);
+[[noreturn]] void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const ArgName &name);
 template <class T>
-T *from_handle(const void *h, HandleKind kind, const char *name) {
+T *from_handle(const void *h, HandleKind kind, const ArgName &name) {
   HandleFault fault;
   HandleKind actual = HandleKind::Dead;
   Handle *obj = resolve_handle(h, kind, &fault, &actual);
@@ -86,17 +86,17 @@ Handle *residuals_of(void *internal, HandleKind kind, const char *name, const ch
 
 // A validated view of a caller's tensor: non-NULL data, 1..TE_MAX_DIMS positive dims, known
 // dtype/device/scaling, a scale_inv pointer for FP8.
-TensorView to_view(const te_tensor *t, const char *name);
+TensorView to_view(const te_tensor *t, const ArgName &name);
 // As to_view for what only a tensor's shape, dtype and device say: data may be NULL, and FP8
 // fields are not read (te_*_residuals_size).
-TensorView to_shape_view(const te_tensor *t, const char *name);
+TensorView to_shape_view(const te_tensor *t, const ArgName &name);
 // As to_view, but NULL gives an empty view (an optional output).
-TensorView to_optional_view(const te_tensor *t, const char *name);
+TensorView to_optional_view(const te_tensor *t, const ArgName &name);
 
 // Options structs: non-NULL, and at least as large as this version's struct.
-void check_struct(const void *p, size_t struct_size, size_t expected, const char *name);
+void check_struct(const void *p, size_t struct_size, size_t expected, const ArgName &name);
 template <class S>
-void check_options(const S *s, const char *name) {
+void check_options(const S *s, const ArgName &name) {
   check_not_null(s, name);
   check_struct(s, s->struct_size, sizeof(S), name);
 }
@@ -112,9 +112,9 @@ int enum_int(const E &e) {
 }
 
 inline bool known_dtype(int d) { return d >= TE_DTYPE_F32 && d <= TE_DTYPE_I32; }
-void check_bool(int32_t v, const char *name);
+void check_bool(int32_t v, const ArgName &name);
 
 // `name` names the te_device argument; `owner`, when not NULL, the tensor holding it.
-Device to_device(const te_device &d, const char *name, const char *owner = nullptr);
+Device to_device(const te_device &d, const char *name, const ArgName *owner = nullptr);
 
 }  // namespace te::capi

@@ -44,8 +44,8 @@ const char *handle_kind_name(HandleKind k) {
   return "handle of unknown type";
 }
 
-void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const char *name) {
-  const char *want = handle_kind_name(kind);
+void bad_handle(HandleFault fault, HandleKind kind, HandleKind actual, const ArgName &arg) {
+  const char *want = handle_kind_name(kind), *name = arg.c_str();
   switch (fault) {
     case HandleFault::Null:
       fail(Status::InvalidArgument, "argument '%s': expected a %s handle, got NULL", name, want);
@@ -73,26 +73,27 @@ Handle *residuals_of(void *internal, HandleKind kind, const char *name, const ch
   return h;
 }
 
-void check_struct(const void *p, size_t struct_size, size_t expected, const char *name) {
+void check_struct(const void *p, size_t struct_size, size_t expected, const ArgName &name) {
   (void)p;
   if (struct_size < expected)
     fail(Status::InvalidArgument, "argument '%s': expected struct_size >= %zu (set it with the _init function), got %zu",
-         name, expected, struct_size);
+         name.c_str(), expected, struct_size);
 }
 
-void check_bool(int32_t v, const char *name) {
-  if (v != 0 && v != 1) fail(Status::InvalidArgument, "argument '%s': expected 0 or 1, got %d", name, v);
+void check_bool(int32_t v, const ArgName &name) {
+  if (v != 0 && v != 1) fail(Status::InvalidArgument, "argument '%s': expected 0 or 1, got %d", name.c_str(), v);
 }
 
-Device to_device(const te_device &d, const char *name, const char *owner) {
-  const char *sep = owner ? "->" : "";
-  owner = owner ? owner : "";
-  int type = enum_int(d.type);
-  if (type != TE_DEVICE_CPU && type != TE_DEVICE_CUDA)
-    fail(Status::InvalidArgument, "argument '%s%s%s.type': expected TE_DEVICE_CPU or TE_DEVICE_CUDA, got %d", owner, sep,
-         name, type);
-  if (d.index < 0)
-    fail(Status::InvalidArgument, "argument '%s%s%s.index': expected >= 0, got %d", owner, sep, name, d.index);
+Device to_device(const te_device &d, const char *name, const ArgName *owner) {
+  const int type = enum_int(d.type);
+  const bool bad_type = type != TE_DEVICE_CPU && type != TE_DEVICE_CUDA;
+  if (bad_type || d.index < 0) {
+    const char *sep = owner ? "->" : "", *own = owner ? owner->c_str() : "";
+    if (bad_type)
+      fail(Status::InvalidArgument, "argument '%s%s%s.type': expected TE_DEVICE_CPU or TE_DEVICE_CUDA, got %d", own,
+           sep, name, type);
+    fail(Status::InvalidArgument, "argument '%s%s%s.index': expected >= 0, got %d", own, sep, name, d.index);
+  }
   Device out;
   out.type = static_cast<DeviceType>(type);
   out.index = d.index;

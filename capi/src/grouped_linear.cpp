@@ -1,5 +1,4 @@
 #include "module_shims.h"
-#include "modules/grouped_linear/element_name.h"
 #include "modules/common/validate.h"
 #include "modules/grouped_linear/grouped_linear.h"
 
@@ -32,10 +31,11 @@ struct Grouped {
 };
 
 
-// The caller's array of n tensor pointers as views in `out` (the layer's call storage). Each
-// element must be a tensor; a NULL array is for the caller to allow or refuse.
-void to_views(const te_tensor *const *array, int n, const char *name, TensorView *out) {
-  for (int i = 0; i < n; ++i) out[i] = at_element(name, i, [&](const char *elem) { return to_view(array[i], elem); });
+// The caller's array of n tensor pointers as views in `out` (the layer's call storage), named
+// "prefix->array[i]" ("array[i]" without a prefix). Each element must be a tensor; a NULL array
+// is for the caller to allow or refuse.
+void to_views(const te_tensor *const *array, int n, const char *prefix, const char *name, TensorView *out) {
+  for (int i = 0; i < n; ++i) out[i] = to_view(array[i], ArgName::element(prefix, name, i));
 }
 
 // prefix: "args" (a forward) or "inputs" (backward_from: the forward's arguments again).
@@ -47,12 +47,11 @@ GroupedLinearForwardArgs to_core(const te_grouped_linear_forward_args *a, Groupe
   GroupedLinearForwardArgs r;
   r.input = to_view(a->input, ArgName(p, "input"));
   r.m_splits = a->m_splits;  // read (and checked) by the core
-  const ArgName weights(p, "weights"), biases(p, "biases");
-  check_not_null(a->weights, weights);
-  to_views(a->weights, n, weights, core.call.weights.data());
+  check_not_null(a->weights, ArgName(p, "weights"));
+  to_views(a->weights, n, p, "weights", core.call.weights.data());
   r.weights = core.call.weights.data();
   if (a->biases) {
-    to_views(a->biases, n, biases, core.call.biases.data());
+    to_views(a->biases, n, p, "biases", core.call.biases.data());
     r.biases = core.call.biases.data();
   }
   r.weight_unchanged = a->weight_unchanged;
@@ -63,11 +62,11 @@ GroupedLinearForwardArgs to_core(const te_grouped_linear_forward_args *a, Groupe
 void to_core_grads(GroupedLinearCore &core, te_tensor *const *dw, te_tensor *const *db, GroupedLinearBackwardArgs *a) {
   const int n = core.opts.num_gemms;
   if (dw) {
-    to_views(dw, n, "dw", core.call.dw.data());
+    to_views(dw, n, nullptr, "dw", core.call.dw.data());
     a->dw = core.call.dw.data();
   }
   if (db) {
-    to_views(db, n, "db", core.call.db.data());
+    to_views(db, n, nullptr, "db", core.call.db.data());
     a->db = core.call.db.data();
   }
 }

@@ -6,38 +6,41 @@
 
 namespace te::capi {
 
-TensorView to_shape_view(const te_tensor *t, const char *name) {
+TensorView to_shape_view(const te_tensor *t, const ArgName &name) {
   check_not_null(t, name);
   const int dtype = enum_int(t->dtype);
   if (!known_dtype(dtype))
-    fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name, dtype);
+    fail(Status::InvalidArgument, "argument '%s->dtype': expected a te_dtype value, got %d", name.c_str(), dtype);
   check_shape(t->shape, t->ndim, name);
   TensorView v;
   v.data = t->data;
   v.dtype = static_cast<DType>(dtype);
   v.ndim = t->ndim;
   for (int i = 0; i < t->ndim; ++i) v.shape[i] = t->shape[i];
-  v.device = to_device(t->device, "device", name);
+  v.device = to_device(t->device, "device", &name);
   return v;
 }
 
-TensorView to_view(const te_tensor *t, const char *name) {
+TensorView to_view(const te_tensor *t, const ArgName &name) {
   check_not_null(t, name);
-  if (!t->data) fail(Status::InvalidArgument, "argument '%s->data': expected a non-NULL pointer, got NULL", name);
+  if (!t->data)
+    fail(Status::InvalidArgument, "argument '%s->data': expected a non-NULL pointer, got NULL", name.c_str());
   TensorView v = to_shape_view(t, name);
   const int scaling = enum_int(t->scaling);
   if (is_fp8(v.dtype)) {
     if (!t->scale_inv)
-      fail(Status::InvalidArgument, "argument '%s->scale_inv': an FP8 tensor needs a scale_inv pointer, got NULL", name);
+      fail(Status::InvalidArgument, "argument '%s->scale_inv': an FP8 tensor needs a scale_inv pointer, got NULL",
+           name.c_str());
     if (scaling < TE_SCALING_PER_TENSOR || scaling > TE_SCALING_BLOCK_128X128)
-      fail(Status::InvalidArgument, "argument '%s->scaling': expected a te_scaling_mode value, got %d", name, scaling);
+      fail(Status::InvalidArgument, "argument '%s->scaling': expected a te_scaling_mode value, got %d",
+           name.c_str(), scaling);
     v.scale_inv = t->scale_inv;
     v.scaling = static_cast<ScalingMode>(scaling);
   }
   return v;
 }
 
-TensorView to_optional_view(const te_tensor *t, const char *name) { return t ? to_view(t, name) : TensorView(); }
+TensorView to_optional_view(const te_tensor *t, const ArgName &name) { return t ? to_view(t, name) : TensorView(); }
 
 }  // namespace te::capi
 

@@ -43,6 +43,9 @@ struct GemmArgs {
   TensorView gelu_input;              // optional pre-GELU output (data == nullptr: none)
   bool accumulate = false;            // D += result
   bool split_accumulator = false;     // FP8 fast-accumulation off (CUDA); exact on the CPU
+  // m or k is a token count that changes from call to call (a GroupedLinear expert's share): a
+  // shape the backend may never see again, so CUDA makes no synchronising algorithm search for it.
+  bool shape_varies = false;
 };
 
 // LayerNorm / RMSNorm forward over the last dimension of x [rows, hidden], in the order and
@@ -138,6 +141,12 @@ struct RowSegment {
   int64_t src_row = 0, dst_row = 0, rows = 0, zero_rows = 0;
 };
 
+// Bytes of device memory for Backend::zero_many: any address, any size.
+struct ByteRange {
+  void *data = nullptr;
+  size_t bytes = 0;
+};
+
 struct ScratchPlan {
   static constexpr int kMax = 64;  // a LayerNormMLP backward under block scaling plans about 30
   size_t bytes[kMax];
@@ -160,6 +169,10 @@ class Backend {
   virtual void copy_to_host(void *dst, const void *src, size_t bytes) = 0;  // synchronises
   virtual void copy_from_host(void *dst, const void *src, size_t bytes) = 0;
   virtual void fill_floats(float *dst, float value, size_t count) = 0;
+  // Zero bytes over every range, whatever its alignment (a caller's BF16 tensor may start 2 bytes
+  // off a float). CUDA zeroes up to 32 ranges in one launch (a GroupedLinear's experts without
+  // tokens get dW = 0 and db = 0: at small shapes each launch is the cost).
+  virtual void zero_many(const ByteRange *ranges, int n) = 0;
 
   // ---- quantization ----
   // *amax (= or max-accumulated) = max |x|; NaN if x holds a NaN.

@@ -35,8 +35,8 @@ class CudnnAttentionTest : public GpuTest {
     setenv("TE_ATTENTION_IMPL", "cudnn", 1);
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    const char *why = nullptr;
-    if (!cuda::CudnnSdpa::create(0, &why)) GTEST_SKIP() << "cuDNN unavailable: " << (why ? why : "?");
+    std::string why;
+    if (!cuda::CudnnSdpa::create(0, &why)) GTEST_SKIP() << "cuDNN unavailable: " << (why.empty() ? "?" : why);
   }
   void TearDown() override {
     if (had_prev_) setenv("TE_ATTENTION_IMPL", prev_.c_str(), 1);

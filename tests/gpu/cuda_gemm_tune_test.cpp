@@ -7,7 +7,7 @@
 //    the timing runs did not write it (data chosen so that every sum is exact in fp32);
 //  - a GEMM first seen inside stream capture is not timed, and its graph replays and eager runs
 //    give the same bits;
-//  - TE_GEMM_TUNE=0, and GEMMs below 2^33 flops, are not timed.
+//  - TE_GEMM_TUNE=0, GEMMs below 2^33 flops, and GEMMs marked shape_varies, are not timed.
 // Whether a key was timed is read from the TE_GEMM_TUNE_LOG=1 line on stderr.
 #include "backends/backend.h"  // TE_HAVE_CUDA_BACKEND
 
@@ -276,6 +276,19 @@ TEST_F(CudaGemmTuneTest, TuneOffAndSmallGemmsAreNotTimed) {
     (void)g.d.read<uint8_t>();
     const std::string log = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(count_of(log, "te: gemm tune"), 0u) << "a 2^32-flop GEMM was timed, stderr:\n" << log;
+  }
+  {
+    // A GEMM whose m or k varies from call to call (a GroupedLinear expert's token count): never
+    // timed, whatever its size, and right.
+    std::unique_ptr<Backend> be = make_backend("1");
+    DeviceGemm g(*be, big, DType::BF16, std::vector<uint8_t>(static_cast<size_t>(kM * kN) * 2, 0));
+    g.args.shape_varies = true;
+    ::testing::internal::CaptureStderr();
+    be->gemm(g.args);
+    const std::vector<uint8_t> got = g.d.read<uint8_t>();
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_of(log, "te: gemm tune"), 0u) << "a shape_varies GEMM was timed, stderr:\n" << log;
+    expect_close(reference(big), got, DType::BF16);
   }
 }
 

@@ -495,6 +495,35 @@ TEST_F(CudaKernels, CopyRowSegmentsMatchesCpu) {
   }
 }
 
+// GroupedLinear's gradients of experts without tokens: ranges of any size (0, under 16 bytes,
+// odd, large) at any offset, more than one launch takes (32). The buffer starts as 0xAB bytes:
+// the bytes between ranges keep them.
+TEST_F(CudaKernels, ZeroManyMatchesCpu) {
+  std::mt19937 rng(12);
+  std::vector<std::pair<size_t, size_t>> spans;  // offset, bytes
+  size_t at = 3;
+  for (int i = 0; i < 45; ++i) {
+    const size_t sizes[] = {0, 1, 2, 5, 15, 16, 17, 31, 64, 100, 1000, 4099};
+    const size_t bytes = i == 44 ? size_t(300000) : sizes[rng() % 12];
+    spans.push_back({at, bytes});
+    at += bytes + 1 + rng() % 7;  // a gap that stays 0xAB
+  }
+  const std::vector<uint8_t> init(at + 16, 0xAB);
+  Twin d(*cpu, *gpu, init);
+  auto ranges_in = [&](const DeviceBuffer &b) {
+    std::vector<ByteRange> r;
+    for (auto [off, bytes] : spans) r.push_back(ByteRange{static_cast<uint8_t *>(b.get()) + off, bytes});
+    return r;
+  };
+  const std::vector<ByteRange> rc = ranges_in(d.c), rg = ranges_in(d.g);
+  cpu->zero_many(rc.data(), static_cast<int>(rc.size()));
+  gpu->zero_many(rg.data(), static_cast<int>(rg.size()));
+  EXPECT_SAME_BYTES(d, 1, "zero_many");
+  std::vector<uint8_t> want = init;
+  for (auto [off, bytes] : spans) std::memset(&want[off], 0, bytes);
+  EXPECT_EQ(d.c.read<uint8_t>(), want);
+}
+
 // ---- activations and bias_grad (tolerance) ------------------------------------------------------
 
 // Element-wise closeness: within 1e-5 relative + 1e-5 absolute (a last-ulp difference of tanhf

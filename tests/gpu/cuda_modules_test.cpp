@@ -157,8 +157,8 @@ Result run_ln_mlp(Device device, RecipeKind kind, Activation act) {
 }
 
 // Experts over uneven splits, some empty, most not multiples of 16 (padded inside). Eleven
-// experts cross the batches of ProjectionForward/Backward::run_all (8 quantizations per call,
-// 8 small GEMMs per launch).
+// experts cross run_all's batches of 8 quantizations per call; forty its batches of 32 small
+// GEMMs per launch and zero_many's 32 ranges per launch (the empty experts' dW and db).
 Result run_grouped(Device device, RecipeKind kind, const std::vector<int64_t> &splits) {
   const int experts = static_cast<int>(splits.size());
   int64_t tokens = 0;
@@ -299,6 +299,13 @@ TEST_P(CudaGroupedLinear, MatchesCpuReference) {
 
 TEST_P(CudaGroupedLinear, ElevenExpertsMatchCpuReference) {
   const std::vector<int64_t> splits = {37, 0, 64, 27, 5, 16, 0, 33, 1, 18, 55};
+  compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam(), splits),
+          run_grouped(Device{DeviceType::CPU, 0}, GetParam(), splits));
+}
+
+TEST_P(CudaGroupedLinear, FortyExpertsMatchCpuReference) {
+  std::vector<int64_t> splits;
+  for (int e = 0; e < 40; ++e) splits.push_back(e % 9 < 4 ? 0 : (e * 7) % 23 + 1);  // 17 without tokens
   compare(run_grouped(Device{DeviceType::CUDA, 0}, GetParam(), splits),
           run_grouped(Device{DeviceType::CPU, 0}, GetParam(), splits));
 }

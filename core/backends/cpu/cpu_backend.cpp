@@ -33,6 +33,11 @@ void CpuBackend::fill_floats(float *dst, float value, size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = value;
 }
 
+void CpuBackend::zero_many(const ByteRange *ranges, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ranges[i].bytes) std::memset(ranges[i].data, 0, ranges[i].bytes);
+}
+
 void CpuBackend::gather_amax(const ScaleUpdateItem *items, int n, float *packed) {
   for (int i = 0; i < n; ++i) packed[i] = *items[i].amax;
 }

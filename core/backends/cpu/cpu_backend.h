@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void copy_to_host(void *dst, const void *src, size_t bytes) override;
   void copy_from_host(void *dst, const void *src, size_t bytes) override;
   void fill_floats(float *dst, float value, size_t count) override;
+  void zero_many(const ByteRange *ranges, int n) override;
 
   void amax(const TensorView &x, float *amax, bool accumulate) override;
   void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max,

@@ -178,6 +178,11 @@ void CudaBackend::fill_floats(float *dst, float value, size_t count) {
   cuda::fill_floats(dst, value, count, stream_);
 }
 
+void CudaBackend::zero_many(const ByteRange *ranges, int n) {
+  DeviceGuard g(device_);
+  cuda::zero_many(ranges, n, stream_);
+}
+
 void CudaBackend::copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n) {
   DeviceGuard g(device_);
   cuda::copy_row_segments(dst, src, row_bytes, segs, n, stream_);

@@ -43,6 +43,7 @@ bool debug_enabled() {
   return on;
 }
 
+// Read when a backend first loads cuDNN (not at every call: getenv scans the environment).
 bool fp8_opt_in() {
   const char *e = std::getenv("TE_CUDNN_SDPA_FP8");
   return e && e[0] == '1';
@@ -345,7 +346,8 @@ Layout layout_for(const Plan &p, const Shape &s, int64_t tokens_q, bool need_sta
 class CudnnSdpaImpl final : public CudnnSdpa {
  public:
   CudnnSdpaImpl(std::unique_ptr<CudnnApi> api, cudnnHandle_t handle, int device, int sm_major)
-      : api_(std::move(api)), handle_(handle), device_(device), sm_major_(sm_major), version_(api_->get_version()) {}
+      : api_(std::move(api)), handle_(handle), device_(device), sm_major_(sm_major), version_(api_->get_version()),
+        fp8_opt_in_(fp8_opt_in()) {}
   ~CudnnSdpaImpl() override {
     plans_.clear();
     if (handle_) api_->destroy(handle_);
@@ -461,7 +463,7 @@ class CudnnSdpaImpl final : public CudnnSdpa {
       // always libte's kernels.
       // Not yet validated on a Blackwell GPU: opt in with TE_CUDNN_SDPA_FP8=1 until the FP8
       // test (CudnnFp8Forward) has run there.
-      if (backward || sm_major_ < 10 || version_ < 91300 || !fp8_opt_in()) return false;
+      if (backward || sm_major_ < 10 || version_ < 91300 || !fp8_opt_in_) return false;
       for (const TensorView *t : {&q, &k, &v})
         if (!t->scale_inv || t->scaling != ScalingMode::PerTensor) return false;
       io = CUDNN_DATA_FP8_E4M3;
@@ -763,6 +765,7 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   int device_ = 0;
   int sm_major_ = 0;
   size_t version_ = 0;
+  bool fp8_opt_in_ = false;  // TE_CUDNN_SDPA_FP8=1
   std::mutex mu_;
   std::map<Shape::Key, std::unique_ptr<Plan>> plans_;  // never erased: plans stay where they are
   struct LastPlan {

@@ -13,6 +13,7 @@
 namespace te::cuda {
 
 void fill_floats(float *dst, float value, size_t count, cudaStream_t stream);
+void zero_many(const ByteRange *ranges, int n, cudaStream_t stream);
 void copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n,
                        cudaStream_t stream);
 

@@ -20,8 +20,10 @@
 //    ~1 ms class, where the heuristic's top-1 can be some percent off the best) is timed: each
 //    candidate runs 1 + kTimedRuns times on the stream between cudaEvents (one host sync per
 //    candidate); the lowest median wins if it is 2% below #0's (ties and failed candidates: the
-//    earlier one). Smaller GEMMs, and every key first seen while the stream is capturing a graph,
-//    take the heuristic's #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
+//    earlier one). Smaller GEMMs, GEMMs whose m or k varies from call to call (GemmArgs::
+//    shape_varies: a mixture of experts' token counts, for which a search would sync the host on
+//    most steps), and every key first seen while the stream is capturing a graph, take the
+//    heuristic's #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
 //    timed key (each candidate's median, the choice). Both are read when the LtGemm is made.
 //  - the timing runs write D (and the pre-GELU output) to scratch of the same dtypes, zeroed
 //    first so that beta = 1 reads zeros; the caller's A, B, scales and bias are only read.
@@ -229,8 +231,8 @@ struct LtGemm::Impl {
   // Whether a new plan's candidates are timed: tuning on, several candidates, a large GEMM, a
   // clean CUDA error state (a pending error is the caller's to see) and a stream that is not
   // capturing (a key first seen in capture keeps heuristic #0 for good).
-  bool should_tune(const PlanKey &key, int candidates, cudaStream_t stream) const {
-    if (!tune || candidates < 2) return false;
+  bool should_tune(const PlanKey &key, int candidates, bool may_tune, cudaStream_t stream) const {
+    if (!tune || !may_tune || candidates < 2) return false;
     if (2.0 * double(key.m) * double(key.n) * double(key.k) < kTuneMinFlops) return false;
     if (cudaPeekAtLastError() != cudaSuccess) return false;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -328,8 +330,8 @@ struct LtGemm::Impl {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
 
-  Plan make_plan(const PlanKey &key, const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes,
-                 cudaStream_t stream) {
+  Plan make_plan(const PlanKey &key, const Pointers &ptrs, bool may_tune, Backend &be, void *workspace,
+                 size_t workspace_bytes, cudaStream_t stream) {
     Plan p;
     try {
       api.check(api.matmul_desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -396,7 +398,7 @@ struct LtGemm::Impl {
       api.check(st, "cublasLtMatmulAlgoGetHeuristic");
       found = std::min(found, kMaxCandidates);
       int chosen = 0;
-      if (should_tune(key, found, stream))
+      if (should_tune(key, found, may_tune, stream))
         chosen = choose_algo(key, p, results.data(), found, ptrs, be, workspace, workspace_bytes, stream);
       p.algo = results[chosen].algo;
       p.supported = true;
@@ -407,11 +409,11 @@ struct LtGemm::Impl {
     }
   }
 
-  Plan &plan(const PlanKey &key, const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes,
-             cudaStream_t stream) {
+  Plan &plan(const PlanKey &key, const Pointers &ptrs, bool may_tune, Backend &be, void *workspace,
+             size_t workspace_bytes, cudaStream_t stream) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
-    Plan p = make_plan(key, ptrs, be, workspace, workspace_bytes, stream);
+    Plan p = make_plan(key, ptrs, may_tune, be, workspace, workspace_bytes, stream);
     return plans.emplace(key, p).first->second;
   }
 
@@ -462,7 +464,7 @@ struct LtGemm::Impl {
       p.d = g.d.data;
       p.bias = bias ? g.bias.data : nullptr;
       p.aux = aux_out ? g.gelu_input.data : nullptr;
-      Plan &plan_direct = plan(direct, p, be, workspace, workspace_bytes, stream);
+      Plan &plan_direct = plan(direct, p, !g.shape_varies, be, workspace, workspace_bytes, stream);
       if (plan_direct.supported) {
         matmul(direct, plan_direct, p, g.accumulate, workspace, workspace_bytes, stream);
         return true;
@@ -476,7 +478,7 @@ struct LtGemm::Impl {
     split.align_d = alignment(product.get());
     Pointers p = ptrs;
     p.d = product.get();
-    Plan &plan_split = plan(split, p, be, workspace, workspace_bytes, stream);
+    Plan &plan_split = plan(split, p, !g.shape_varies, be, workspace, workspace_bytes, stream);
     if (!plan_split.supported) return false;
     matmul(split, plan_split, p, false, workspace, workspace_bytes, stream);
     finish(g, product.floats(), stream);

@@ -60,7 +60,9 @@ struct SmallGemmArgs {
   const void *bias = nullptr;  // null: no bias
   DType bias_dtype = DType::F32;
 };
-constexpr int kMaxSmallGemms = 8;  // 8 x 112 bytes: a parameter block under 1 KiB (launches like an empty one)
+// GEMMs per launch: a GroupedLinear's experts. The parameter block is 8 x 112 bytes for up to 8
+// (under 1 KiB: launches like an empty kernel), 32 x 112 beyond (3.5 KiB).
+constexpr int kMaxSmallGemms = 32;
 // 1..kMaxSmallGemms independent GEMMs (no output read by another) in one launch.
 void small_gemm(const SmallGemmArgs *args, int n, cudaStream_t stream);
 

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/lt_gemm_kernels.h"
+#include "base/check.h"
 
 namespace te::cuda {
 
@@ -33,15 +34,20 @@ __device__ __forceinline__ float block_scale(const float *s, ScalingMode mode, i
   }
 }
 
+// The driver copies a kernel's whole parameter block at every launch, so a launch of few GEMMs
+// (a layer's dgrad and wgrad) takes the small block.
+constexpr int kFewGemms = 8;
+template <int N>
 struct SmallGemmBatch {
-  SmallGemmArgs g[kMaxSmallGemms];
+  SmallGemmArgs g[N];
 };
-static_assert(sizeof(SmallGemmBatch) <= 1024, "parameter blocks up to 1 KiB launch like an empty kernel");
+static_assert(sizeof(SmallGemmBatch<kFewGemms>) <= 1024, "parameter blocks up to 1 KiB launch like an empty kernel");
 
 // One launch runs every GEMM of the batch: blockIdx.z picks the GEMM (read in place from the
 // parameter space: __grid_constant__ lets a dynamic index do that without a local copy), blocks
 // past its tile grid return at once.
-__global__ void __launch_bounds__(kThreads) small_gemm_kernel(const __grid_constant__ SmallGemmBatch batch) {
+template <int N>
+__global__ void __launch_bounds__(kThreads) small_gemm_kernel(const __grid_constant__ SmallGemmBatch<N> batch) {
   const SmallGemmArgs &p = batch.g[blockIdx.z];
   __shared__ float as[kTile][kTile + 1];  // [m in tile][k in tile]
   __shared__ float bs[kTile][kTile + 1];  // [n in tile][k in tile]
@@ -101,18 +107,25 @@ __global__ void __launch_bounds__(kThreads) small_gemm_kernel(const __grid_const
     }
 }
 
-}  // namespace
-
-void small_gemm(const SmallGemmArgs *args, int n, cudaStream_t stream) {
-  SmallGemmBatch batch{};
+template <int N>
+void launch(const SmallGemmArgs *args, int n, cudaStream_t stream) {
+  SmallGemmBatch<N> batch{};
   int64_t tiles = 1;
   for (int i = 0; i < n; ++i) {
     batch.g[i] = args[i];
     tiles = std::max<int64_t>(tiles, ((args[i].m + kTile - 1) / kTile) * ((args[i].n + kTile - 1) / kTile));
   }
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(n));
-  small_gemm_kernel<<<grid, kThreads, 0, stream>>>(batch);
+  small_gemm_kernel<N><<<grid, kThreads, 0, stream>>>(batch);
   TE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void small_gemm(const SmallGemmArgs *args, int n, cudaStream_t stream) {
+  if (n < 1 || n > kMaxSmallGemms) fail(Status::Internal, "small_gemm: %d GEMMs (1..%d)", n, kMaxSmallGemms);
+  if (n <= kFewGemms) launch<kFewGemms>(args, n, stream);
+  else launch<kMaxSmallGemms>(args, n, stream);
 }
 
 }  // namespace te::cuda

@@ -8,40 +8,44 @@ namespace te {
 namespace {
 
 // An attention tensor: `dims` dimensions [..., heads, head_dim].
-void check_heads(const TensorView &t, const char *name, int dims, int64_t heads, const char *heads_name,
+void check_heads(const TensorView &t, const ArgName &name, int dims, int64_t heads, const char *heads_name,
                  int64_t head_dim) {
   if (t.ndim != dims)
-    fail(Status::InvalidArgument, "argument '%s': expected %d dimensions ([%s, %s, head_dim]), got %d", name, dims,
+    fail(Status::InvalidArgument, "argument '%s': expected %d dimensions ([%s, %s, head_dim]), got %d",
+         name.c_str(), dims,
          dims == 4 ? "batch, seq" : "tokens", heads_name, t.ndim);
   if (t.shape[dims - 2] != heads)
-    fail(Status::InvalidArgument, "argument '%s': expected %s=%lld heads (dimension %d), got %lld", name, heads_name,
+    fail(Status::InvalidArgument, "argument '%s': expected %s=%lld heads (dimension %d), got %lld",
+         name.c_str(), heads_name,
          (long long)heads, dims - 2, (long long)t.shape[dims - 2]);
   if (t.shape[dims - 1] != head_dim)
-    fail(Status::InvalidArgument, "argument '%s': expected head_dim=%lld (last dimension), got %lld", name,
+    fail(Status::InvalidArgument, "argument '%s': expected head_dim=%lld (last dimension), got %lld", name.c_str(),
          (long long)head_dim, (long long)t.shape[dims - 1]);
 }
 
 // Offsets [batch + 1] of I32 on the device; on the CPU also their values.
-void check_offsets(const TensorView &cu, const char *name, int64_t tokens, int64_t max_len, const char *max_name,
+void check_offsets(const TensorView &cu, const ArgName &name, int64_t tokens, int64_t max_len, const char *max_name,
                    const Device &dev) {
   check_tensor(cu, name, DType::I32, dev);
   if (cu.ndim != 1 || cu.shape[0] < 2)
     fail(Status::InvalidArgument, "argument '%s': expected 1 dimension [batch + 1] with batch >= 1, got %d dims of %lld",
-         name, cu.ndim, (long long)cu.shape[0]);
+         name.c_str(), cu.ndim, (long long)cu.shape[0]);
   if (dev.type != DeviceType::CPU || !cu.data) return;  // no data: a size query (shapes only)
   const int32_t *c = static_cast<const int32_t *>(cu.data);
-  if (c[0] != 0) fail(Status::InvalidArgument, "argument '%s': expected offsets starting at 0, got %d", name, c[0]);
+  if (c[0] != 0)
+    fail(Status::InvalidArgument, "argument '%s': expected offsets starting at 0, got %d", name.c_str(), c[0]);
   for (int64_t b = 0; b + 1 < cu.shape[0]; ++b) {
     const int64_t len = static_cast<int64_t>(c[b + 1]) - c[b];
     if (len < 0)
-      fail(Status::InvalidArgument, "argument '%s': offsets must not decrease, got [%lld] = %d > [%lld] = %d", name,
+      fail(Status::InvalidArgument, "argument '%s': offsets must not decrease, got [%lld] = %d > [%lld] = %d",
+           name.c_str(),
            (long long)b, c[b], (long long)(b + 1), c[b + 1]);
     if (len > max_len)
-      fail(Status::InvalidArgument, "argument '%s': sequence %lld has %lld tokens, more than %s=%lld", name,
+      fail(Status::InvalidArgument, "argument '%s': sequence %lld has %lld tokens, more than %s=%lld", name.c_str(),
            (long long)b, (long long)len, max_name, (long long)max_len);
   }
   if (c[cu.shape[0] - 1] != tokens)
-    fail(Status::InvalidArgument, "argument '%s': the last offset must be the token count %lld, got %d", name,
+    fail(Status::InvalidArgument, "argument '%s': the last offset must be the token count %lld, got %d", name.c_str(),
          (long long)tokens, c[cu.shape[0] - 1]);
 }
 

@@ -1,5 +1,4 @@
 #include "modules/common/validate.h"
-#include "modules/grouped_linear/element_name.h"
 #include "modules/grouped_linear/grouped_linear.h"
 #include "modules/grouped_linear/sequential_scratch.h"
 
@@ -20,11 +19,11 @@ void validate_backward(const Context &ctx, const GroupedLinearSaved &s, const Gr
   const DType dw_dt = o.fuse_wgrad_accumulation ? DType::F32 : dt;
   if (a.dw)
     for (int i = 0; i < o.num_gemms; ++i)
-      at_element("dw", i, [&](const char *name) { check_weight(a.dw[i], name, o.out_features, o.in_features, dw_dt, dev); });
+      check_weight(a.dw[i], ArgName::element(nullptr, "dw", i), o.out_features, o.in_features, dw_dt, dev);
   if (a.db) {
     if (!o.bias) fail(Status::InvalidArgument, "argument 'db': the layer has no bias, expected NULL");
     for (int i = 0; i < o.num_gemms; ++i)
-      at_element("db", i, [&](const char *name) { check_vector(a.db[i], name, o.out_features, dt, dev); });
+      check_vector(a.db[i], ArgName::element(nullptr, "db", i), o.out_features, dt, dev);
   }
 }
 
@@ -58,11 +57,6 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
   Buffer dx_pad(&be, want_dx ? static_cast<size_t>(pad_rows_total * o.in_features) * es : 0);
   const TensorView dy_pad2d = make_view(dy_pad.get(), dt, dev, pad_rows_total, o.out_features);
   const TensorView dx_pad2d = make_view(dx_pad.get(), dt, dev, pad_rows_total, o.in_features);
-  // An expert that got no tokens has dW = 0 (nothing added into a main_grad) and db = 0.
-  bool zero_grads = false;
-  for (int i = 0; i < n && !zero_grads; ++i)
-    zero_grads = rows[i].tokens == 0 && ((want_dw && !o.fuse_wgrad_accumulation) || args.db);
-  Buffer zero4(&be, zero_grads ? sizeof(float) : 0);
   BackwardSteps steps{L.call.backward};
   SequentialScratch scratch(be);
   int states = 0;
@@ -75,8 +69,8 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
     if (args.db) g.db = args.db[i];
     ScratchPlan plan;
     steps.steps[i].emplace(ctx, L.experts[i], s.experts[static_cast<size_t>(i)], s.recipe.get(), s.group.get(),
-                           ProjectionDims{e.padded, o.in_features, o.out_features}, expert_matrix(e, dy2d, dy_pad2d),
-                           g, o.fuse_wgrad_accumulation, &plan);
+                           ProjectionDims{e.padded, o.in_features, o.out_features, true},
+                           expert_matrix(e, dy2d, dy_pad2d), g, o.fuse_wgrad_accumulation, &plan);
     scratch.add_step(plan);
     states += steps.steps[i]->states_to_register();
   }
@@ -88,19 +82,22 @@ void run_backward(Context &ctx, GroupedLinearSaved &s, const GroupedLinearBackwa
   const bool ends_pass = s.ticket.first && s.ticket.pass != 0;
   if (states || ends_pass) ac.reserve_backward(s.ticket.pass, states);
 
-  if (zero_grads) be.fill_floats(zero4.floats(), 0.0f, 1);
   for (auto &step : steps.steps)
     if (step) step->commit();
   pad_experts(be, rows, n, dy2d, dy_pad2d);
-  int running = 0;
+  // An expert that got no tokens has dW = 0 (nothing added into a main_grad) and db = 0: all
+  // such gradients in one backend call.
+  int running = 0, zeros = 0;
+  ByteRange *zero = L.call.zero_ranges.data();
   for (int i = 0; i < n; ++i) {
     if (rows[i].tokens == 0) {
-      if (want_dw && !o.fuse_wgrad_accumulation) zero_fill(be, args.dw[i], zero4.get());
-      if (args.db) zero_fill(be, args.db[i], zero4.get());
+      if (want_dw && !o.fuse_wgrad_accumulation) zero[zeros++] = ByteRange{args.dw[i].data, args.dw[i].bytes()};
+      if (args.db) zero[zeros++] = ByteRange{args.db[i].data, args.db[i].bytes()};
       continue;
     }
     L.call.backward_running[static_cast<size_t>(running++)] = &*steps.steps[i];
   }
+  if (zeros) be.zero_many(zero, zeros);
   ProjectionBackward::run_all(L.call.backward_running.data(), running);
   if (want_dx) unpad_experts(be, rows, n, dx_pad2d, dx2d);
   if (states)

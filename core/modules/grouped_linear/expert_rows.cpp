@@ -1,6 +1,5 @@
 #include "modules/grouped_linear/expert_rows.h"
 
-#include <algorithm>
 #include <cstdint>
 
 namespace te {
@@ -72,17 +71,6 @@ void unpad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView 
     s.src_row = e.pad_row0, s.dst_row = e.row0, s.rows = e.tokens;
     return s;
   });
-}
-
-void zero_fill(Backend &be, const TensorView &t, const void *zero4) {
-  auto *p = static_cast<unsigned char *>(t.data);
-  size_t bytes = t.bytes();
-  const size_t head = std::min(bytes, (4 - reinterpret_cast<uintptr_t>(p) % 4) % 4);
-  if (head) be.copy(p, zero4, head);
-  p += head;
-  bytes -= head;
-  if (bytes / 4) be.fill_floats(reinterpret_cast<float *>(p), 0.0f, bytes / 4);
-  if (bytes % 4) be.copy(p + bytes / 4 * 4, zero4, bytes % 4);
 }
 
 }  // namespace te

@@ -34,8 +34,4 @@ void pad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &m
 // Copies every padded expert's real rows from its block of pad back into m (one backend call).
 void unpad_experts(Backend &be, const ExpertRows *rows, int n, const TensorView &pad, const TensorView &m);
 
-// Writes zeros over all of t, whatever its dtype and alignment (a caller's BF16 tensor may start
-// 2 bytes off a float). zero4 points to 4 zero bytes on the device.
-void zero_fill(Backend &be, const TensorView &t, const void *zero4);
-
 }  // namespace te

@@ -1,7 +1,6 @@
 #include <cstdio>
 
 #include "modules/common/validate.h"
-#include "modules/grouped_linear/element_name.h"
 #include "modules/grouped_linear/grouped_linear.h"
 #include "modules/grouped_linear/sequential_scratch.h"
 
@@ -34,17 +33,15 @@ void grouped_linear_validate(Context &ctx, const GroupedLinearOptions &o, const 
     fail(Status::InvalidArgument, "argument '%s->input': expected last dimension in_features=%lld, got %lld", p,
          (long long)o.in_features, (long long)a.input.cols());
   grouped_linear_validate_splits(a.m_splits, o.num_gemms, a.input.rows(), p);
-  const ArgName weights(p, "weights"), biases(p, "biases");
   for (int i = 0; i < o.num_gemms; ++i)
-    at_element(weights, i,
-               [&](const char *name) { check_weight(a.weights[i], name, o.out_features, o.in_features, dt, dev); });
+    check_weight(a.weights[i], ArgName::element(p, "weights", i), o.out_features, o.in_features, dt, dev);
   if (o.bias && !a.biases)
     fail(Status::InvalidArgument, "argument '%s->biases': the layer was created with bias, got NULL", p);
   if (!o.bias && a.biases)
     fail(Status::InvalidArgument, "argument '%s->biases': the layer was created without bias, expected NULL", p);
   if (a.biases)
     for (int i = 0; i < o.num_gemms; ++i)
-      at_element(biases, i, [&](const char *name) { check_vector(a.biases[i], name, o.out_features, dt, dev); });
+      check_vector(a.biases[i], ArgName::element(p, "biases", i), o.out_features, dt, dev);
   if (y.data) check_output_like(y, "y", a.input, o.out_features, "out_features", dt, dev);
 }
 
@@ -103,7 +100,7 @@ GroupedLinearSaved *grouped_linear_forward_compute(Context &ctx, GroupedLinear &
       const ExpertRows &e = rows[i];
       if (e.tokens == 0) continue;  // no GEMM, no amax: its states sit this pass out
       ScratchPlan plan;
-      steps.steps[i].emplace(ctx, L.experts[i], mode, ProjectionDims{e.padded, o.in_features, o.out_features},
+      steps.steps[i].emplace(ctx, L.experts[i], mode, ProjectionDims{e.padded, o.in_features, o.out_features, true},
                              expert_matrix(e, x2d, x_pad2d), false, args.weights[i],
                              args.biases ? args.biases[i] : TensorView(), expert_matrix(e, y2d, y_pad2d),
                              args.weight_unchanged, &plan);

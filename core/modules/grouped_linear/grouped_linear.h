@@ -46,6 +46,7 @@ struct GroupedLinearCallStorage {
   // The steps of the experts that got tokens, in order, for run_all.
   std::vector<ProjectionForward *> forward_running;
   std::vector<ProjectionBackward *> backward_running;
+  std::vector<ByteRange> zero_ranges;  // backward: dW_i and db_i of the experts without tokens
 };
 
 // Everything of a layer that outlives one call; backward contexts share it.

@@ -17,7 +17,8 @@ GroupedLinearCallStorage::GroupedLinearCallStorage(int n)
       forward(static_cast<size_t>(n)),
       backward(static_cast<size_t>(n)),
       forward_running(static_cast<size_t>(n)),
-      backward_running(static_cast<size_t>(n)) {}
+      backward_running(static_cast<size_t>(n)),
+      zero_ranges(2 * static_cast<size_t>(n)) {}
 
 GroupedLinearCore::GroupedLinearCore(Context &ctx, const GroupedLinearOptions &o)
     : ctx_ref(&ctx), ctx(ctx), opts(o), experts(static_cast<size_t>(o.num_gemms)), call(o.num_gemms) {}

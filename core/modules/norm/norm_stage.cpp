@@ -13,8 +13,8 @@ void NormSaved::clear() {
 }
 
 void check_norm_params(const NormOptions &o, const NormInputs &in, const TensorView &ln_out, int64_t hidden,
-                       DType dtype, const Device &device, const TensorView &input, const char *gamma_name,
-                       const char *beta_name, const char *ln_out_name) {
+                       DType dtype, const Device &device, const TensorView &input, const ArgName &gamma_name,
+                       const ArgName &beta_name, const ArgName &ln_out_name) {
   check_vector(in.gamma, gamma_name, hidden, dtype, device);
   const bool layer = o.kind == NormKind::LayerNorm;
   check_presence(in.beta, beta_name, layer, layer ? "LayerNorm takes a beta" : "RMSNorm has no beta");

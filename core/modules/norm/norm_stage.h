@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "base/check.h"
 #include "modules/projection/projection.h"
 
 namespace te {
@@ -33,8 +34,8 @@ struct NormSaved {
 
 // Validates gamma/beta (and an optional ln_out) for a module whose norm runs over `hidden`.
 void check_norm_params(const NormOptions &o, const NormInputs &in, const TensorView &ln_out, int64_t hidden,
-                       DType dtype, const Device &device, const TensorView &input, const char *gamma_name,
-                       const char *beta_name, const char *ln_out_name);
+                       DType dtype, const Device &device, const TensorView &input, const ArgName &gamma_name,
+                       const ArgName &beta_name, const ArgName &ln_out_name);
 
 // One norm forward of a module. Construction allocates (statistics, the high-precision output
 // when one is needed) and plans; run() normalises.

@@ -38,6 +38,7 @@ ProjectionBackward::ProjectionBackward(Context &ctx, ProjectionState &st, Projec
     wgrad_.b = saved.x_hp;
     wgrad_.d = g.dw;
     wgrad_.accumulate = accumulate_dw;
+    dgrad_.shape_varies = wgrad_.shape_varies = dims.tokens_vary;
     if (want_dx) be.plan_gemm(dgrad_, plan);
     if (want_dw) be.plan_gemm(wgrad_, plan);
     return;
@@ -51,6 +52,7 @@ ProjectionBackward::ProjectionBackward(Context &ctx, ProjectionState &st, Projec
   staged_ = st.grad_output.stage(be, ctx.amax_slots(), *recipe, f8);
   dgrad_ = gemm_tn(dyq_.row, saved.w->q.col, g.dx, false, ro.dgrad_split_accumulator);
   wgrad_ = gemm_tn(dyq_.col, saved.x.col, g.dw, accumulate_dw, ro.wgrad_split_accumulator);
+  dgrad_.shape_varies = wgrad_.shape_varies = dims.tokens_vary;
   QuantizeRequest req;
   req.recipe = recipe;
   req.group = group;
@@ -115,7 +117,7 @@ void ProjectionBackward::run() {
 void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
   if (n < 1) return;
   Backend &be = steps[0]->ctx_.backend();
-  constexpr int kBatch = 8;  // dy casts per backend call; GEMMs per gemm_many (a step's two stay together)
+  constexpr int kBatch = 8;  // dy casts per backend call
   QuantizeBatch<kBatch> batch(be);
   for (int i = 0; i < n; ++i) {
     ProjectionBackward &s = *steps[i];
@@ -130,11 +132,11 @@ void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
   }
   batch.flush();
   for (int i = 0; i < n; ++i) steps[i]->snapshot_pending_ = false;
-  // dgrad and wgrad through one backend call: small ones share a launch.
-  GemmArgs gemms[kBatch];
+  // dgrad and wgrad through one backend call: small ones share a launch (a step's two stay together).
+  GemmArgs gemms[kProjectionGemmBatch];
   int k = 0;
   for (int i = 0; i < n; ++i) {
-    if (k + 2 > kBatch) be.gemm_many(gemms, k), k = 0;
+    if (k + 2 > kProjectionGemmBatch) be.gemm_many(gemms, k), k = 0;
     k += steps[i]->gemms(gemms + k);
   }
   if (k) be.gemm_many(gemms, k);

@@ -64,6 +64,7 @@ ProjectionForward::ProjectionForward(Context &ctx, ProjectionState &st, const Fo
     fail(Status::Internal, "ProjectionForward: an activation source needs an FP8 forward that quantizes x itself");
   if (!mode.fp8) {
     fprop_ = fprop_gemm(x, w, bias, y, false);
+    fprop_.shape_varies = dims.tokens_vary;
     be.plan_gemm(fprop_, plan);
     if (states_to_register()) {
       staged_in_ = st.input.stage(be, ctx.amax_slots(), *mode.recipe, mode.recipe->forward_dtype());
@@ -92,6 +93,7 @@ ProjectionForward::ProjectionForward(Context &ctx, ProjectionState &st, const Fo
   req.source = ActivationSource();
   if (!reuse_weight_) plan_quantize(be, req, w, wc_->q, plan);
   fprop_ = fprop_gemm(xq_.row, wc_->q.row, bias, y, recipe.options().fprop_split_accumulator);
+  fprop_.shape_varies = dims.tokens_vary;
   be.plan_gemm(fprop_, plan);
 }
 
@@ -190,9 +192,9 @@ void ProjectionForward::run_all(ProjectionForward *const *steps, int n) {
   batch.flush();
   for (int i = 0; i < n; ++i)
     if (steps[i]->mode_.fp8) steps[i]->after_quantize();
-  GemmArgs gemms[kBatch];
-  for (int first = 0; first < n; first += kBatch) {
-    const int m = std::min(kBatch, n - first);
+  GemmArgs gemms[kProjectionGemmBatch];
+  for (int first = 0; first < n; first += kProjectionGemmBatch) {
+    const int m = std::min(kProjectionGemmBatch, n - first);
     for (int i = 0; i < m; ++i) gemms[i] = steps[first + i]->fprop_;
     be.gemm_many(gemms, m);
   }

@@ -69,8 +69,13 @@ struct ProjectionSaved {
   void clear();
 };
 
+// GEMMs per gemm_many call of run_all (GroupedLinear's experts): the CUDA backend runs up to 32
+// small ones in one launch.
+constexpr int kProjectionGemmBatch = 32;
+
 struct ProjectionDims {
   int64_t tokens = 0, in = 0, out = 0;
+  bool tokens_vary = false;  // from call to call (an expert's share): GemmArgs::shape_varies
 };
 
 // One forward: y[tokens, out] = x[tokens, in] W^T (+ bias).
