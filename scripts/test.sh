@@ -19,8 +19,8 @@
 # summary: each suite with its counts and time, then every failing test by name, then one
 # `total: N passed, M failed, K skipped` line; the exit status is non-zero when any build or
 # test failed (a SKIPPED suite does not fail the run). Each suite's full output is also kept in
-# build/test-logs/. Budget: 33-70 minutes on 2 cores (70 on 2026-12-02, when builds ran at half speed). Environment: TE_TEST_JOBS (parallel jobs,
-# default nproc).
+# build/test-logs/. Budget: 33-70 minutes on 2 cores (70 on 2026-12-02, when builds ran at half
+# speed). Environment: TE_TEST_JOBS (parallel jobs, default nproc).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
