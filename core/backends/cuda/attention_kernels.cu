@@ -24,6 +24,7 @@
 #include "backends/cuda/attention_kernels.h"
 #include "backends/cuda/attention_tc.cuh"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "base/check.h"
 
@@ -470,7 +471,7 @@ GenParams common_params(const AttentionDims &d, const TensorView &q, const Tenso
 
 template <class K>
 void launch(K kernel, dim3 grid, size_t smem, cudaStream_t stream, const GenParams &p) {
-  if (smem > 48 * 1024) TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_dynamic_smem(kernel, smem);
   kernel<<<grid, kNT, smem, stream>>>(p);
   TE_CUDA_CHECK_LAUNCH();
 }

@@ -678,7 +678,7 @@ template <int D, bool kOutBf16>
 void launch_fwd_fp8(const TcFp8Params &p, int64_t batch, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kFwdMT * 64 * D + 4 * kTcBK * D + kTcBK * D * 2);
   auto kernel = tc_fwd_fp8_kernel<D, kOutBf16>;
-  TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
   kernel<<<grid, kTcThreads, smem, stream>>>(p);
   TE_CUDA_CHECK_LAUNCH();
@@ -762,8 +762,22 @@ __device__ __forceinline__ uint32_t ds8_pair(float lo, float hi, bool e5m2) {
   return e4m3x2_to_f16x2(c);
 }
 
-// FP8 codes -> f16 values (4 codes per step; n4 = count / 4).
-__global__ void fp8_to_f16_kernel(const uint32_t *src, uint2 *dst, int64_t n4, bool e5m2) {
+// FP8 codes -> f16 values of up to four tensors in one launch (blockIdx.y picks the tensor; 4 codes
+// per step, n4 = count / 4). One launch, not one per tensor: at small shapes each is the cost.
+constexpr int kMaxF16Ranges = 4;
+struct F16Ranges {
+  const uint32_t *src[kMaxF16Ranges];
+  uint2 *dst[kMaxF16Ranges];
+  int64_t n4[kMaxF16Ranges];
+  bool e5m2[kMaxF16Ranges];
+};
+
+__global__ void fp8_to_f16_kernel(const __grid_constant__ F16Ranges r) {
+  const int t = static_cast<int>(blockIdx.y);
+  const uint32_t *src = r.src[t];
+  uint2 *dst = r.dst[t];
+  const int64_t n4 = r.n4[t];
+  const bool e5m2 = r.e5m2[t];
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint32_t w = src[i];
@@ -1126,7 +1140,7 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
   {
     const size_t smem = static_cast<size_t>(2) * kDkvBK * D * 2 + 4 * kBwdBQ * D * 2 + 4 * kBwdBQ * sizeof(float);
     auto kernel = tc_dkdv_kernel<D, kBf16, kFp8, kOutBf16>;
-    TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    allow_dynamic_smem(kernel, smem);
     TcBwdParams pk = p;
     pk.tiles = static_cast<int>((p.max_kv + kDkvBK - 1) / kDkvBK);
     if (pk.tiles > 0) {
@@ -1139,7 +1153,7 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
   {
     const size_t smem = static_cast<size_t>(2 * kDqBQ + 4 * kDqBK) * D * 2;
     auto kernel = tc_dq_kernel<D, kBf16, kFp8, kOutBf16>;
-    TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    allow_dynamic_smem(kernel, smem);
     p.tiles = static_cast<int>((p.max_q + kDqBQ - 1) / kDqBQ);
     if (p.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
@@ -1155,7 +1169,7 @@ template <int D, bool kBf16, int BKF>
 void launch_fwd(const TcFwdParams &p, int64_t batch, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kFwdMT * 64 + 4 * BKF) * D * 2;
   auto kernel = tc_fwd_kernel<D, kBf16, BKF>;
-  TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
   kernel<<<grid, kTcThreads, smem, stream>>>(p);
   TE_CUDA_CHECK_LAUNCH();
@@ -1262,12 +1276,20 @@ size_t elems_q(const AttentionBackwardArgs &a) { return static_cast<size_t>(a.di
 size_t elems_kv(const AttentionBackwardArgs &a) {
   return static_cast<size_t>(std::max<int64_t>(0, a.dims.tokens_kv) * a.dims.kv_heads * a.dims.head_dim);
 }
-void to_f16(const void *src, void *dst, size_t n, bool e5m2, cudaStream_t stream) {
-  const int64_t n4 = static_cast<int64_t>(n / 4);
-  if (n4 <= 0) return;
+// Adds a tensor of n codes (a multiple of 4) to the launch's ranges; empty ones are left out.
+void add_f16_range(F16Ranges *r, int *count, const void *src, void *dst, size_t n, bool e5m2) {
+  if (n / 4 == 0) return;
+  r->src[*count] = static_cast<const uint32_t *>(src);
+  r->dst[*count] = static_cast<uint2 *>(dst);
+  r->n4[*count] = static_cast<int64_t>(n / 4);
+  r->e5m2[(*count)++] = e5m2;
+}
+void to_f16(const F16Ranges &r, int count, cudaStream_t stream) {
+  int64_t n4 = 0;
+  for (int i = 0; i < count; ++i) n4 = std::max(n4, r.n4[i]);
+  if (count == 0) return;
   const int64_t blocks = std::min<int64_t>((n4 + 255) / 256, 8192);
-  fp8_to_f16_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<const uint32_t *>(src),
-                                                                        static_cast<uint2 *>(dst), n4, e5m2);
+  fp8_to_f16_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream>>>(r);
   TE_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
@@ -1287,10 +1309,13 @@ bool attention_tc_backward_fp8(const AttentionBackwardArgs &args, const float *d
   uint16_t *k16 = reinterpret_cast<uint16_t *>(base + 2 * align256(nq * 2));
   uint16_t *v16 = reinterpret_cast<uint16_t *>(base + 2 * align256(nq * 2) + align256(nkv * 2));
   const bool e5m2 = args.d_o8.dtype == DType::E5M2;
-  to_f16(args.q.data, q16, nq, false, stream);
-  to_f16(args.d_o8.data, do16, nq, e5m2, stream);
-  to_f16(args.k.data, k16, nkv, false, stream);
-  to_f16(args.v.data, v16, nkv, false, stream);
+  F16Ranges ranges{};
+  int count = 0;
+  add_f16_range(&ranges, &count, args.q.data, q16, nq, false);
+  add_f16_range(&ranges, &count, args.d_o8.data, do16, nq, e5m2);
+  add_f16_range(&ranges, &count, args.k.data, k16, nkv, false);
+  add_f16_range(&ranges, &count, args.v.data, v16, nkv, false);
+  to_f16(ranges, count, stream);
   TcBwdParams p;
   p.q = q16, p.k = k16, p.v = v16, p.d_o = do16;
   p.dq = static_cast<uint16_t *>(args.dq.data);

@@ -37,6 +37,15 @@ constexpr int kClusterEntries = 16;
 thread_local ClusterEntry t_clusters[kClusterEntries];
 thread_local int t_next_cluster = 0;
 
+struct SmemEntry {
+  const void *kernel = nullptr;
+  int device = -1;
+  size_t bytes = 0;  // allowed so far
+};
+constexpr int kSmemEntries = 32;
+thread_local SmemEntry t_smem[kSmemEntries];
+thread_local int t_next_smem = 0;
+
 }  // namespace
 
 int current_device() {
@@ -71,6 +80,23 @@ int max_active_clusters(const void *kernel, const cudaLaunchConfig_t &cfg) {
   t_clusters[t_next_cluster] = ClusterEntry{kernel, cfg.dynamicSmemBytes, block, cluster, device, active};
   t_next_cluster = (t_next_cluster + 1) % kClusterEntries;
   return active;
+}
+
+void allow_dynamic_smem(const void *kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;  // every kernel may take this much
+  const int device = current_device();
+  SmemEntry *slot = nullptr;
+  for (SmemEntry &e : t_smem)
+    if (e.kernel == kernel && e.device == device) {
+      if (e.bytes >= bytes) return;
+      slot = &e;
+    }
+  TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (!slot) {
+    slot = &t_smem[t_next_smem];
+    t_next_smem = (t_next_smem + 1) % kSmemEntries;
+  }
+  *slot = SmemEntry{kernel, device, bytes};
 }
 
 }  // namespace te::cuda

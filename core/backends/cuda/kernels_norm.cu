@@ -1101,12 +1101,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Shared memory a block may opt in to on the current device (less the kernels' static arrays).
 int smem_optin_budget() { return current_device_info().smem_optin - 1024; }
 
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 // Warps per row for a row of `chunks` 256-element chunks when a warp holds up to `cap` of them:
 // the smallest power of two that covers the row, or 0 above 8 warps.
 int warps_per_row(int64_t chunks, int cap) {
@@ -1193,7 +1187,7 @@ template <DType T, int V, int K, bool kExact, int Fmt>
 void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
   auto kernel = norm_fwd_rows_kernel<T, V, K, kExact, Fmt>;
   const size_t smem = fwd_rows_smem(p, V);
-  allow_smem(kernel, smem);
+  allow_dynamic_smem(kernel, smem);
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.blockDim = dim3(kRowThreads, 1, 1);
@@ -1398,15 +1392,15 @@ void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) 
                           sizeof(float);
       switch (t) {
         case DType::F32:
-          allow_smem(norm_bwd_vec_kernel<DType::F32>, smem);
+          allow_dynamic_smem(norm_bwd_vec_kernel<DType::F32>, smem);
           norm_bwd_vec_kernel<DType::F32><<<grid, kThreads, smem, stream>>>(p);
           break;
         case DType::F16:
-          allow_smem(norm_bwd_vec_kernel<DType::F16>, smem);
+          allow_dynamic_smem(norm_bwd_vec_kernel<DType::F16>, smem);
           norm_bwd_vec_kernel<DType::F16><<<grid, kThreads, smem, stream>>>(p);
           break;
         default:
-          allow_smem(norm_bwd_vec_kernel<DType::BF16>, smem);
+          allow_dynamic_smem(norm_bwd_vec_kernel<DType::BF16>, smem);
           norm_bwd_vec_kernel<DType::BF16><<<grid, kThreads, smem, stream>>>(p);
           break;
       }

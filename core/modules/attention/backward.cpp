@@ -111,14 +111,17 @@ void attention_backward(Context &ctx, AttentionBackwardCtx &bwd, const TensorVie
     ScalingState &DO = A.state(AttnTensor::DO), &DP = A.state(AttnTensor::DP);
     DO.commit(be, std::move(staged_do));
     DP.commit(be, std::move(staged_dp));
-    if (delayed && !s.grad_scales_taken) {
+    // The first backward snapshots the gradient scales (later calls reuse them, whatever updates
+    // ran since): dO's comes out of its cast (scale_copy), dS's is copied.
+    const bool snapshot = delayed && !s.grad_scales_taken;
+    if (snapshot) {
       s.grad_scales = std::move(grad_scales);
-      be.copy(s.grad_scales.floats(), DO.scale(), 2 * sizeof(float));
       be.copy(s.grad_scales.floats() + 2, DP.scale(), 2 * sizeof(float));
       s.grad_scales_taken = true;
     }
     req.state = &DO;
-    req.scale = delayed ? s.grad_scales.floats() : nullptr;
+    req.scale = delayed && !snapshot ? s.grad_scales.floats() : nullptr;
+    req.scale_copy = snapshot ? s.grad_scales.floats() : nullptr;
     quantize(be, req, d_o, do8);
     if (delayed) {
       ba.dp_scale = s.grad_scales.floats() + 2;
