@@ -26,7 +26,7 @@ void block_quantize(Backend &be, const TensorView &x, ScalingMode mode, bool pow
                     TensorView *out, TensorView *out_t, cudaStream_t stream);
 
 // ---- several tensors per launch (Backend::quantize_many) ----
-constexpr int kMaxCastItems = 4;        // tensors per launch
+constexpr int kMaxCastItems = 8;        // tensors per launch
 
 // The kernels that compute an activation in a cast (ActivationSource) are compiled once per class
 // of source, so that their registers are those of one direction's formulas (with direction and

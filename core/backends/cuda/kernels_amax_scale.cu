@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch_items.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -132,10 +133,7 @@ struct AmaxManyParams {
 template <DType T>
 __global__ void __launch_bounds__(kAmaxThreads) amax_partials_kernel(const AmaxManyParams p) {
   __shared__ uint32_t scratch[32];
-  AmaxItemParams it = p.item[0];
-#pragma unroll
-  for (int i = 1; i < kMaxCastItems; ++i)
-    if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
+  const auto it = block_item<false>(p);
   const int64_t b = blockIdx.x - it.first_block;
   const int64_t tid = b * kAmaxThreads + threadIdx.x, stride = static_cast<int64_t>(it.blocks) * kAmaxThreads;
   uint32_t m = 0;

@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch_items.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -262,17 +263,14 @@ __device__ __forceinline__ void quantize_tile_pair(const BlockQuantizeParams &p,
 template <int Act>
 constexpr int kBlockMinBlocks = Act > 0 ? 2 : 3;
 
-// Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid; the block's
-// tensor is selected with constant indices (a dynamic index into the parameters would copy them
-// to local memory), its scaling mode at run time.
+// Up to kMaxCastItems tensors (of one input dtype), one after the other in the grid
+// (launch_items.cuh: read in place without an activation, which leaves x's own loads unspilled;
+// by value with one), each in its scaling mode chosen at run time.
 template <DType T, int Act>
 __global__ void __launch_bounds__(kTileThreads, kBlockMinBlocks<Act>)
-    block_quantize_kernel(const BlockQuantizeBatch b) {
+    block_quantize_kernel(const __grid_constant__ BlockQuantizeBatch b) {
   __shared__ BlockSmem sm;
-  BlockQuantizeParams p = b.item[0];
-#pragma unroll
-  for (int i = 1; i < kMaxCastItems; ++i)
-    if (i < b.n && blockIdx.x >= b.item[i].first_block) p = b.item[i];
+  decltype(auto) p = block_item<Act == 0>(b);
   const int64_t bid = blockIdx.x - p.first_block;
   if constexpr (kGatedGrad<Act> && T != DType::F32) {
     if (p.paired) {

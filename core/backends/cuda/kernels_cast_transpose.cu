@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch_items.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -51,16 +52,6 @@ struct CastTransposeParams {
   int n;
 };
 
-// The block's item, selected with constant indices (a dynamic index into the parameter space
-// would copy it to local memory).
-__device__ __forceinline__ CastItemParams block_item(const CastTransposeParams &p) {
-  CastItemParams it = p.item[0];
-#pragma unroll
-  for (int i = 1; i < kMaxCastItems; ++i)
-    if (i < p.n && blockIdx.x >= p.item[i].first_block) it = p.item[i];
-  return it;
-}
-
 // Blocks per SM the register budget must allow. A block has its whole tile's loads in flight
 // only until it starts casting, so the memory stays busy only with several blocks per SM: left
 // free, the compiler took 107 registers for the BF16 cast (two blocks per SM), and the H200
@@ -77,12 +68,13 @@ constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
 // reason.
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
 __global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>)
-    cast_transpose_kernel(const CastTransposeParams p) {
+    cast_transpose_kernel(const __grid_constant__ CastTransposeParams p) {
   // The tile's codes for out_t (fp8_tile.cuh); a gated backward's pair of tiles takes two.
   __shared__ alignas(16) uint8_t smem_t[kGatedGrad<Act> ? 2 : 1][OutTFmt != kFmtNone ? kTile * kTile : 16];
   __shared__ uint32_t scratch[32];
   __shared__ ColumnSumSmem col_sums[1];  // unused (and dropped) without Dbias
-  const CastItemParams it = block_item(p);
+  // In place where an activation's math needs the registers (fewer spills); by value otherwise.
+  decltype(auto) it = block_item<(Act > 0)>(p);
   const int64_t bid = blockIdx.x - it.first_block;
   const TileCoords tc = tile_coords(it.tiles_c, bid);
   const bool full = tile_is_full(tc, it.rows, it.cols, it.aligned);
