@@ -1,6 +1,8 @@
 // GPU benchmarks through the public C API on a CUDA context, printed as one JSON object:
 //   copy            a device-to-device copy of the cast's input bytes: the bandwidth ceiling
-//   cast_transpose  BF16 [rows, cols] -> E4M3 + its transpose, delayed scaling (amax fused)
+//   cast_transpose  BF16 [rows, cols] -> E4M3 + its transpose, delayed scaling (amax fused);
+//                   _current: current scaling (amax pass + cast); block_quantize_1x128 / _128x128:
+//                   the block recipe's activation / weight quantization (both directions)
 //   norm_cast       LayerNorm / RMSNorm of BF16 [rows, hidden] -> E4M3 + its transpose + amax
 //                   (+ mu, rsigma) in one pass, against a copy of the input's bytes
 //   gemm_fp8        E4M3 x E4M3 -> BF16, per-tensor scales, fast accumulation, TN
@@ -134,12 +136,35 @@ void bench_cast(te_context *ctx, te_device dev, int64_t rows, int64_t cols) {
   double t_copy = time_per_call(ctx, [&] {
     CHECK(te_context_copy(ctx, copy_dst, x.ptr, n * 2, TE_COPY_DEVICE_TO_DEVICE));
   }, 20);
-  double t_cast = time_per_call(ctx, [&] { CHECK(te_cast_transpose(ctx, &tx, &to, &tt, &q)); }, 20);
-  // Bytes moved: the copy reads and writes 2n; the cast reads 2n and writes n + n.
-  double copy_bw = 4.0 * n / t_copy, cast_bw = 4.0 * n / t_cast;
-  emit("cast_transpose_" + std::to_string(rows) + "x" + std::to_string(cols),
-       num("ms", t_cast * 1e3) + ", " + num("TBps", cast_bw / 1e12) + ", " + num("copy_ms", t_copy * 1e3) + ", " +
-           num("copy_TBps", copy_bw / 1e12) + ", " + num("fraction_of_copy", cast_bw / copy_bw));
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+  // Bytes moved: the copy reads and writes 2n; the cast reads 2n and writes n + n (+ the scales).
+  const double copy_bw = 4.0 * n / t_copy;
+  auto emit_cast = [&](const std::string &key, double t) {
+    const double cast_bw = 4.0 * n / t;
+    emit(key + "_" + shape, num("ms", t * 1e3) + ", " + num("TBps", cast_bw / 1e12) + ", " +
+                                num("copy_ms", t_copy * 1e3) + ", " + num("copy_TBps", copy_bw / 1e12) + ", " +
+                                num("fraction_of_copy", cast_bw / copy_bw));
+  };
+  emit_cast("cast_transpose", time_per_call(ctx, [&] { CHECK(te_cast_transpose(ctx, &tx, &to, &tt, &q)); }, 20));
+  // Current scaling: the amax pass, then the cast with the scale from it.
+  te_quantize_options qc;
+  CHECK(te_quantize_options_init(&qc));
+  emit_cast("cast_transpose_current",
+            time_per_call(ctx, [&] { CHECK(te_cast_transpose(ctx, &tx, &to, &tt, &qc)); }, 20));
+  // Block scaling, as the block recipe quantizes activations (1x128 both ways) and weights (128x128).
+  for (te_scaling_mode mode : {TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128}) {
+    te_tensor bo = to, bt = tt;
+    bo.scaling = bt.scaling = mode;
+    int64_t count_o = 0, count_t = 0;
+    CHECK(te_tensor_scale_inv_count(&count_o, &bo));
+    CHECK(te_tensor_scale_inv_count(&count_t, &bt));
+    float *sinv = static_cast<float *>(device_alloc(ctx, static_cast<size_t>(count_o + count_t) * sizeof(float)));
+    bo.scale_inv = sinv;
+    bt.scale_inv = sinv + count_o;
+    emit_cast(mode == TE_SCALING_BLOCK_1X128 ? "block_quantize_1x128" : "block_quantize_128x128",
+              time_per_call(ctx, [&] { CHECK(te_cast_transpose(ctx, &tx, &bo, &bt, &qc)); }, 20));
+    te_context_free(ctx, sinv);
+  }
   te_context_free(ctx, copy_dst);
   te_context_free(ctx, out);
   te_context_free(ctx, out_t);
