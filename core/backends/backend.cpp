@@ -20,6 +20,10 @@ void Backend::gemm_many(const GemmArgs *args, int n) {
   for (int i = 0; i < n; ++i) gemm(args[i]);
 }
 
+void Backend::bias_grad_many(const TensorView *dys, const TensorView *dbs, int n) {
+  for (int i = 0; i < n; ++i) bias_grad(dys[i], dbs[i]);
+}
+
 void Backend::copy_row_segments(void *dst, const void *src, size_t row_bytes, const RowSegment *segs, int n) {
   auto *d = static_cast<unsigned char *>(dst);
   const auto *s = static_cast<const unsigned char *>(src);

@@ -210,6 +210,9 @@ class Backend {
                                    const TensorView &dx) = 0;
   // db[n] = sum over rows of dy[rows, n], accumulated in fp32.
   virtual void bias_grad(const TensorView &dy, const TensorView &db) = 0;
+  // bias_grad(dys[i], dbs[i]) for each i (independent outputs): what this default makes; CUDA
+  // sums the small ones in one launch (GroupedLinear's experts without FP8 casts).
+  virtual void bias_grad_many(const TensorView *dys, const TensorView *dbs, int n);
   virtual void norm_forward(const NormForwardArgs &args) = 0;
   virtual void norm_backward(const NormBackwardArgs &args) = 0;
   // Scaled dot-product attention and rotary embeddings (attention_args.h).

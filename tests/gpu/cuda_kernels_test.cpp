@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -603,6 +604,56 @@ TEST_F(CudaKernels, BiasGradCloseToCpu) {
       }
     }
   }
+}
+
+// bias_grad_many: each output the bits of bias_grad on its own, whether it shared a launch (one
+// band of rows, 16-byte vectors: BF16 and F16 alike) or went alone (many rows, odd widths, F32,
+// a misaligned start); more than one launch's worth of tensors; empty ones left alone.
+TEST_F(CudaKernels, BiasGradManyMatchesSingle) {
+  struct Item {
+    int64_t rows, cols;
+    DType t, db_t;
+    size_t offset;  // elements into dy's buffer (1: not 16-byte aligned)
+  };
+  std::vector<Item> items;
+  std::mt19937 rng(31);
+  for (int i = 0; i < 41; ++i) {
+    const int64_t rows[] = {0, 1, 5, 16, 63, 64};
+    const int64_t cols[] = {8, 64, 256, 264, 1000};
+    items.push_back({rows[rng() % 6], cols[rng() % 5], i % 3 ? DType::BF16 : DType::F16,
+                     i % 4 ? DType::F32 : DType::BF16, 0});
+  }
+  items.push_back({4096, 64, DType::BF16, DType::F32, 0});  // several bands
+  items.push_back({9, 300, DType::BF16, DType::F32, 0});    // not whole vectors
+  items.push_back({9, 64, DType::F32, DType::F32, 0});
+  items.push_back({9, 64, DType::BF16, DType::F32, 1});
+  items.push_back({7, 0, DType::BF16, DType::F32, 0});
+  uint32_t seed = 900;
+  std::vector<std::unique_ptr<DeviceBuffer>> dy, db_many, db_one;
+  std::vector<TensorView> dys, dbs, dbs_one;
+  for (const Item &it : items) {
+    const size_t n = static_cast<size_t>(it.rows * it.cols);
+    std::vector<uint8_t> bytes = to_bytes(random_floats(n + it.offset, seed++, false), it.t);
+    dy.push_back(std::make_unique<DeviceBuffer>(*gpu, bytes));
+    // Two bytes past the output: untouched, and an empty tensor's output keeps all of it.
+    const std::vector<uint8_t> init(static_cast<size_t>(it.cols) * dtype_size(it.db_t) + 2, 0xA5);
+    db_many.push_back(std::make_unique<DeviceBuffer>(*gpu, init));
+    db_one.push_back(std::make_unique<DeviceBuffer>(*gpu, init));
+    void *x = static_cast<uint8_t *>(dy.back()->get()) + it.offset * dtype_size(it.t);
+    dys.push_back(make_view(x, it.t, kGpu, it.rows, it.cols));
+    dbs.push_back(make_view(db_many.back()->get(), it.db_t, kGpu, 1, it.cols));
+    dbs_one.push_back(make_view(db_one.back()->get(), it.db_t, kGpu, 1, it.cols));
+  }
+  gpu->bias_grad_many(dys.data(), dbs.data(), static_cast<int>(items.size()));
+  for (size_t i = 0; i < items.size(); ++i) gpu->bias_grad(dys[i], dbs_one[i]);
+  int shared = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item &it = items[i];
+    EXPECT_EQ(db_many[i]->read<uint8_t>(), db_one[i]->read<uint8_t>())
+        << "item " << i << ": " << it.rows << " x " << it.cols << " " << dtype_name(it.t);
+    shared += it.rows <= 64 && it.cols % 8 == 0 && it.offset == 0 && it.t != DType::F32 && it.cols > 0;
+  }
+  EXPECT_GT(shared, 32);  // more than one launch's worth
 }
 
 // ---- bandwidth (informational) ----------------------------------------------------------------

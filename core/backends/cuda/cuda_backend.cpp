@@ -242,6 +242,11 @@ void CudaBackend::bias_grad(const TensorView &dy, const TensorView &db) {
   cuda::bias_grad(*this, dy, db, stream_);
 }
 
+void CudaBackend::bias_grad_many(const TensorView *dys, const TensorView *dbs, int n) {
+  DeviceGuard g(device_);
+  cuda::bias_grad_many(*this, dys, dbs, n, stream_);
+}
+
 void CudaBackend::norm_forward(const NormForwardArgs &args) {
   DeviceGuard g(device_);
   cuda::norm_forward(args, stream_);

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   void activation_backward(Activation act, const TensorView &x, const TensorView &dy,
                            const TensorView &dx) override;
   void bias_grad(const TensorView &dy, const TensorView &db) override;
+  void bias_grad_many(const TensorView *dys, const TensorView *dbs, int n) override;
   void norm_forward(const NormForwardArgs &args) override;
   void norm_backward(const NormBackwardArgs &args) override;
   void plan_norm_backward(const NormBackwardArgs &args, ScratchPlan *plan) const override;

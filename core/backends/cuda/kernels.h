@@ -92,6 +92,8 @@ void activation_forward(Activation act, const TensorView &x, const TensorView &y
 void activation_backward(Activation act, const TensorView &x, const TensorView &dy, const TensorView &dx,
                          cudaStream_t stream);
 void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStream_t stream);
+// Each (dys[i], dbs[i]) as bias_grad, bit for bit; those summed in one band of rows share launches.
+void bias_grad_many(Backend &be, const TensorView *dys, const TensorView *dbs, int n, cudaStream_t stream);
 // db = the sum over `parts` rows of partial[parts][cols] (F32), in row order (the second half of
 // a bias gradient fused into a cast).
 void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const TensorView &db, cudaStream_t stream);

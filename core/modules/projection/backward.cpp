@@ -140,7 +140,18 @@ void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
     k += steps[i]->gemms(gemms + k);
   }
   if (k) be.gemm_many(gemms, k);
-  for (int i = 0; i < n; ++i) steps[i]->unfused_bias_grad();
+  // The bias gradients no cast took, through one backend call per kBiasBatch (one launch, where
+  // each is small).
+  constexpr int kBiasBatch = 32;
+  TensorView dys[kBiasBatch], dbs[kBiasBatch];
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    const ProjectionBackward &s = *steps[i];
+    if (!s.g_.db.data || s.quantizes()) continue;
+    dys[m] = s.dy_, dbs[m++] = s.g_.db;
+    if (m == kBiasBatch) be.bias_grad_many(dys, dbs, m), m = 0;
+  }
+  if (m) be.bias_grad_many(dys, dbs, m);
 }
 
 void ProjectionBackward::register_state(uint64_t pass) {
