@@ -1285,9 +1285,9 @@ void add_f16_range(F16Ranges *r, int *count, const void *src, void *dst, size_t 
   r->e5m2[(*count)++] = e5m2;
 }
 void to_f16(const F16Ranges &r, int count, cudaStream_t stream) {
-  int64_t n4 = 0;
-  for (int i = 0; i < count; ++i) n4 = std::max(n4, r.n4[i]);
   if (count == 0) return;
+  int64_t n4 = 0;  // the longest range's: the grid strides over it
+  for (int i = 0; i < count; ++i) n4 = std::max(n4, r.n4[i]);
   const int64_t blocks = std::min<int64_t>((n4 + 255) / 256, 8192);
   fp8_to_f16_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream>>>(r);
   TE_CUDA_CHECK_LAUNCH();
