@@ -1,0 +1,444 @@
+// The block-scaled FP8 GEMM of block_gemm.h. Built for sm_90a only (WGMMA, TMA, setmaxnreg and
+// cp.async.mbarrier are arch-specific features).
+#include <cuda.h>  // CUtensorMap and its encoder's signature (called through the runtime)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "block_gemm.h"
+
+namespace block_gemm_sm90 {
+
+namespace {
+
+constexpr int kBlockM = 128, kBlockK = 128;   // kBlockK: the scales' block along k
+constexpr int kGroupM = 16;                   // row blocks walked together (L2 reuse)
+constexpr int kMathThreads = 256;             // two consumer warpgroups
+constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
+
+constexpr int kBlockN = 128;  // = the 128x128 scale block: one B scale per tile and k block
+
+// 6 x 128 of k in flight: each consumer holds two stages while it works on them, and the TMA
+// loads of the other four must arrive in the time of four blocks (5 stages ran at 0.55x peak).
+struct Smem {
+  static constexpr int kStages = 6;
+  uint8_t a[kStages][kBlockM * kBlockK];  // each 1024-byte aligned: TMA's and WGMMA's 128-byte swizzle
+  uint8_t b[kStages][kBlockN * kBlockK];
+  float a_scale[kStages][kBlockM];
+  float b_scale[kStages];
+  uint64_t full[kStages], empty[kStages];
+};
+
+constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the dynamic buffer to 1024 bytes
+
+// ---- PTX wrappers ----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// 4 bytes global -> shared without holding the thread (zeros when !valid), and an arrival on
+// `bar` made when this thread's copies so far have landed (counted in bar's expected arrivals).
+__device__ __forceinline__ void copy_scale_async(float *dst, const float *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copies_arrive(uint64_t *bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// WGMMA shared-memory descriptor of a K-major tile of 128-byte rows, 128-byte swizzle: stride
+// between 8-row groups 1024 bytes (the leading offset is unused by this layout).
+__device__ __forceinline__ uint64_t wgmma_desc(const void *p) {
+  const uint32_t addr = smem_addr(p);
+  return (uint64_t{(addr & 0x3FFFF) >> 4}) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>  // wait until at most kPending of this warpgroup's WGMMA groups run
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// The compiler does not know WGMMA writes its registers asynchronously: this pins the reads of
+// an accumulator after the wait that completes it.
+__device__ __forceinline__ void fence_operands(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 fp32 per thread: a 64x128 accumulator over the warpgroup) = [d +] A (64x32) B^T (128x32),
+// both operands K-major in shared memory.
+#define TE_WGMMA_REGS8(i)                                                                                         \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define TE_WGMMA_M64N128K32(TYPES)                                                                        \
+  asm volatile(                                                                                           \
+      "{\n"                                                                                               \
+      ".reg .pred p;\n"                                                                                   \
+      "setp.ne.b32 p, %66, 0;\n"                                                                          \
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32." TYPES                                                \
+      " {"                                                                                                \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                            \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                    \
+      "}, %64, %65, p, 1, 1;\n"                                                                           \
+      "}\n"                                                                                               \
+      : TE_WGMMA_REGS8(0), TE_WGMMA_REGS8(8), TE_WGMMA_REGS8(16), TE_WGMMA_REGS8(24), TE_WGMMA_REGS8(32), \
+        TE_WGMMA_REGS8(40), TE_WGMMA_REGS8(48), TE_WGMMA_REGS8(56)                                        \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <bool kAE5, bool kBE5>
+__device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  if constexpr (!kAE5 && !kBE5) TE_WGMMA_M64N128K32("e4m3.e4m3");
+  if constexpr (!kAE5 && kBE5) TE_WGMMA_M64N128K32("e4m3.e5m2");
+  if constexpr (kAE5 && !kBE5) TE_WGMMA_M64N128K32("e5m2.e4m3");
+  if constexpr (kAE5 && kBE5) TE_WGMMA_M64N128K32("e5m2.e5m2");
+}
+#undef TE_WGMMA_M64N128K32
+#undef TE_WGMMA_REGS8
+
+// ---- the kernel ------------------------------------------------------------------------------
+
+// Tile t of the persistent walk: groups of kGroupM row blocks, column blocks inside a group.
+__device__ __forceinline__ void tile_of(int t, int m_blocks, int n_blocks, int &mb, int &nb) {
+  const int per_group = kGroupM * n_blocks;
+  const int first = (t / per_group) * kGroupM;
+  const int size = min(m_blocks - first, kGroupM);
+  const int r = t % per_group;
+  mb = first + r % size;
+  nb = r / size;
+}
+
+enum BiasKind : int { kNoBias = 0, kBiasBF16 = 1, kBiasF16 = 2, kBiasF32 = 3 };
+
+__device__ __forceinline__ float bias_at(const void *bias, int kind, int c) {
+  switch (kind) {
+    case kBiasBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[c]);
+    case kBiasF16:
+      return __half2float(static_cast<const __half *>(bias)[c]);
+    case kBiasF32:
+      return static_cast<const float *>(bias)[c];
+    default:
+      return 0.0f;
+  }
+}
+
+template <class Out>
+__device__ __forceinline__ void store_pair(Out *p, float x, float y) {
+  if constexpr (sizeof(Out) == 4) {
+    *reinterpret_cast<float2 *>(p) = make_float2(x, y);
+  } else if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+  } else {
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(x, y);
+  }
+}
+
+template <class Out, bool kAE5, bool kBE5>
+__global__ void __launch_bounds__(kThreads, 1)
+    block_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                      void *__restrict__ d, const float *__restrict__ a_scale_inv,
+                      const float *__restrict__ b_scale_inv, const void *__restrict__ bias, int bias_kind, int m, int n,
+                      int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem;
+  constexpr int kStages = S::kStages;
+  constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
+  extern __shared__ uint8_t smem_raw[];
+  S &s = *reinterpret_cast<S *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+
+  const int m_blocks = (m + kBlockM - 1) / kBlockM, n_blocks = (n + kBlockN - 1) / kBlockN;
+  const int k_blocks = (k + kBlockK - 1) / kBlockK;
+  const int tiles = m_blocks * n_blocks;
+  const int warpgroup = threadIdx.x / 128, lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.full[i], 1 + 32);              // the TMA thread's expect_tx + the scale warp's 32 lanes
+      mbar_init(&s.empty[i], kMathThreads / 32);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 2) {  // ---- producer: warp 0 issues TMA, warp 1 copies the scales
+    regs_dec<40>();
+    const int warp = (threadIdx.x / 32) % 4;
+    if (warp > 1) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int mb, nb;
+      tile_of(t, m_blocks, n_blocks, mb, nb);
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        mbar_wait(&s.empty[stage], phase ^ 1);
+        if (warp == 0) {
+          if (lane == 0) {
+            mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
+            tma_load(s.a[stage], &map_a, kb * kBlockK, mb * kBlockM, &s.full[stage]);
+            tma_load(s.b[stage], &map_b, kb * kBlockK, nb * kBlockN, &s.full[stage]);
+          }
+        } else {
+          // Asynchronous copies, so that this warp runs ahead like the TMA thread: each lane's
+          // arrival on `full` is made when its copies land (a warp waiting for its loads would
+          // deliver one stage per memory latency, slower than the tensor cores consume them).
+          for (int i = lane; i < kBlockM; i += 32) {
+            const int row = mb * kBlockM + i;
+            const int64_t src = int64_t(row < m ? row : m - 1) * k_blocks + kb;
+            copy_scale_async(&s.a_scale[stage][i], a_scale_inv + src, row < m);
+          }
+          if (lane == 0) copy_scale_async(&s.b_scale[stage], b_scale_inv + int64_t(nb) * k_blocks + kb, true);
+          copies_arrive(&s.full[stage]);
+        }
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup w computes rows [64 w, 64 w + 64) of each tile. Each 128-deep block
+  // of k goes into a partial accumulator of its own, two in turn, so that the tensor cores run
+  // the next block while this warpgroup folds the last one into acc with its scales.
+  regs_inc<232>();
+  const int wt = threadIdx.x % 128;            // thread in the warpgroup
+  const int row0 = (wt / 32) * 16 + lane / 4;  // this thread's rows row0 and row0 + 8 (of 64)
+  const int col0 = (lane % 4) * 2;             // and columns col0 + 8 j + {0, 1}
+  int stage = 0;                               // the stage of the next block to issue
+  uint32_t phase = 0;
+  float acc[64], part0[64], part1[64];
+
+  // Waits for the next stage and starts its block of k into `part`; returns the stage.
+  auto issue = [&](float(&part)[64]) {
+    const int st = stage;
+    mbar_wait(&s.full[st], phase);
+    if (++stage == kStages) stage = 0, phase ^= 1;
+    const uint8_t *a_tile = s.a[st] + warpgroup * 64 * 128;
+    const uint8_t *b_tile = s.b[st];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 32; ++kk)
+      wgmma_m64n128k32<kAE5, kBE5>(part, wgmma_desc(a_tile + kk * 32), wgmma_desc(b_tile + kk * 32), kk);
+    wgmma_commit();
+    return st;
+  };
+  // Once `part` (from stage st) is complete: frees the stage and adds part x its scales to acc.
+  auto fold = [&](float(&part)[64], int st) {
+    fence_operands(part);
+    const float b_scale = s.b_scale[st];
+    const float scale0 = s.a_scale[st][warpgroup * 64 + row0] * b_scale;
+    const float scale1 = s.a_scale[st][warpgroup * 64 + row0 + 8] * b_scale;
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&s.empty[st]);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+    }
+  };
+
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int mb, nb;
+    tile_of(t, m_blocks, n_blocks, mb, nb);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    // Eight blocks per iteration, two in flight: no WGMMA is pending across the loop's back edge,
+    // where the compiler's register moves would make ptxas serialize every WGMMA (C7514).
+    int kb = 0;
+    for (; kb + 8 <= k_blocks; kb += 8) {
+      int st0 = issue(part0);
+      int st1 = issue(part1);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        wgmma_wait<1>();
+        fold(part0, st0);
+        st0 = issue(part0);
+        wgmma_wait<1>();
+        fold(part1, st1);
+        st1 = issue(part1);
+      }
+      wgmma_wait<1>();
+      fold(part0, st0);
+      wgmma_wait<0>();
+      fold(part1, st1);
+    }
+    for (; kb < k_blocks; ++kb) {
+      const int st0 = issue(part0);
+      wgmma_wait<0>();
+      fold(part0, st0);
+    }
+
+    // Epilogue: straight from the accumulators (4 or 8 bytes per thread and row; a warp's 8 rows x
+    // 16 bytes per store, completed into full sectors by the next column group's store).
+    const int64_t r0 = int64_t(mb) * kBlockM + warpgroup * 64 + row0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int c = nb * kBlockN + 8 * j + col0;  // n is even (a multiple of 8): c < n covers c + 1
+      if (c >= n) continue;
+      float bias0 = 0.0f, bias1 = 0.0f;
+      if (bias_kind != kNoBias) bias0 = bias_at(bias, bias_kind, c), bias1 = bias_at(bias, bias_kind, c + 1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = r0 + 8 * h;
+        if (r < m)
+          store_pair<Out>(static_cast<Out *>(d) + r * n + c, acc[4 * j + 2 * h] + bias0,
+                          acc[4 * j + 2 * h + 1] + bias1);
+      }
+    }
+  }
+#endif
+}
+
+// ---- host side -------------------------------------------------------------------------------
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, found through the runtime once (libte links no libcuda).
+EncodeTiled encoder() {
+  static EncodeTiled fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found),
+          "cudaGetDriverEntryPointByVersion");
+    if (found != cudaDriverEntryPointSuccess || !p)
+      throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// A row-major [rows, cols] matrix of `elem` bytes per element, read or written in boxes of
+// box_cols x box_rows through a 128-byte swizzle.
+CUtensorMap tensor_map(const void *base, CUtensorMapDataType type, size_t elem, int64_t rows, int64_t cols,
+                       int box_cols, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * elem};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encoder()(&map, type, 2, const_cast<void *>(base), dims, strides, box, element_strides,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
+  return map;
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <class Out, bool kAE5, bool kBE5>
+void launch(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
+  const CUtensorMap map_a = tensor_map(g.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.m, g.k, kBlockK, kBlockM);
+  const CUtensorMap map_b = tensor_map(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.n, g.k, kBlockK, kBlockN);
+  int bias_kind = kNoBias;
+  if (g.bias) bias_kind = g.bias_dtype == DType::BF16 ? kBiasBF16 : g.bias_dtype == DType::F16 ? kBiasF16 : kBiasF32;
+  const int64_t tiles = ((g.m + kBlockM - 1) / kBlockM) * ((g.n + kBlockN - 1) / kBlockN);
+  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+  auto *kernel = block_gemm_kernel<Out, kAE5, kBE5>;
+  static bool allowed = false;  // the opt-in above 48 KiB, once per kernel (one device: a benchmark)
+  if (!allowed)
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)),
+          "cudaFuncSetAttribute"),
+        allowed = true;
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, g.d, g.a_scale_inv, g.b_scale_inv, g.bias, bias_kind,
+                                                 static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k));
+  check(cudaGetLastError(), "block_gemm_kernel launch");
+}
+
+template <class Out>
+void launch_formats(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
+  const bool a5 = g.a_dtype == DType::E5M2, b5 = g.b_dtype == DType::E5M2;
+  if (!a5 && !b5) launch<Out, false, false>(g, sm_count, stream);
+  if (!a5 && b5) launch<Out, false, true>(g, sm_count, stream);
+  if (a5 && !b5) launch<Out, true, false>(g, sm_count, stream);
+  if (a5 && b5) launch<Out, true, true>(g, sm_count, stream);
+}
+
+}  // namespace
+
+const char *block_gemm_unsupported(const BlockGemmArgs &g, int major, int minor) {
+  if (major != 9 || minor != 0) return "not an sm_90 device";
+  const auto fp8 = [](DType t) { return t == DType::E4M3 || t == DType::E5M2; };
+  const auto wide = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
+  if (!fp8(g.a_dtype) || !fp8(g.b_dtype)) return "operands not FP8";
+  if (!wide(g.d_dtype)) return "output not F32, F16 or BF16";
+  if (g.bias && !wide(g.bias_dtype)) return "bias not F32, F16 or BF16";
+  if (g.m < 1 || g.n < 1 || g.k < 1) return "an empty dimension";
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (g.m >= kMax || g.n >= kMax || g.k >= kMax) return "a dimension of 2^31 or more";
+  // TMA: global row strides are multiples of 16 bytes, bases 16-byte aligned.
+  if (g.k % 16 != 0) return "k not a multiple of 16";
+  if (g.n % 2 != 0) return "n odd (the output is stored in pairs)";
+  if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.d)) return "an operand not 16-byte aligned";
+  if (!g.a_scale_inv || !g.b_scale_inv) return "missing scales";
+  return nullptr;
+}
+
+void block_gemm(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
+  switch (g.d_dtype) {
+    case DType::BF16:
+      launch_formats<__nv_bfloat16>(g, sm_count, stream);
+      break;
+    case DType::F16:
+      launch_formats<__half>(g, sm_count, stream);
+      break;
+    default:
+      launch_formats<float>(g, sm_count, stream);
+      break;
+  }
+}
+
+}  // namespace block_gemm_sm90
