@@ -3,7 +3,7 @@
 // 128 of k) and B 128x128, read in libte's scale layouts as they are (cuBLASLt needs both
 // rearranged: two launches and two allocations per GEMM in lt_gemm.cpp).
 //
-// Not wired into libte: on the H200 it runs at 0.80-0.90x the speed of cuBLASLt's block-scaled
+// Not wired into libte: on the H200 it runs at 0.80-0.92x the speed of cuBLASLt's block-scaled
 // kernel (bench/RESULTS.md, "Eleventh session"), so libte keeps cuBLASLt. It lives here, with its
 // checks and its peer (main.cu), as the base for the next attempt.
 //
