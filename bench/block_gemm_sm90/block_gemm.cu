@@ -21,18 +21,25 @@ constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
 
 constexpr int kBlockN = 128;  // = the 128x128 scale block: one B scale per tile and k block
 
-// 6 x 128 of k in flight: each consumer holds two stages while it works on them, four more are
-// loading (5 stages with a TMA-stored epilogue measured the same).
+// The ring takes what shared memory the output tile leaves: 5 stages with a 16-bit output, 4 with
+// fp32 (each consumer holds two stages while it works on them; the rest are loading).
+template <class Out>
 struct Smem {
-  static constexpr int kStages = 6;
+  static constexpr int kStages = sizeof(Out) == 4 ? 4 : 5;
   uint8_t a[kStages][kBlockM * kBlockK];  // each 1024-byte aligned: TMA's and WGMMA's 128-byte swizzle
   uint8_t b[kStages][kBlockN * kBlockK];
+  // The output tile, as 128-byte-wide column strips of [kBlockM rows], 128-byte swizzled (the
+  // accumulators' row-scattered stores hit distinct banks); each consumer owns its 64 rows.
+  uint8_t d[kBlockM * kBlockN * sizeof(Out)];
   float a_scale[kStages][kBlockM];
   float b_scale[kStages];
   uint64_t full[kStages], empty[kStages];
 };
 
-constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the dynamic buffer to 1024 bytes
+template <class Out>
+constexpr size_t smem_bytes() {
+  return sizeof(Smem<Out>) + 1024;  // + slack to align the dynamic buffer to 1024 bytes
+}
 
 // ---- PTX wrappers ----------------------------------------------------------------------------
 
@@ -80,6 +87,21 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int 
           smem_addr(dst)),
       "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
       : "memory");
+}
+
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(x), "r"(y),
+               "r"(smem_addr(src))
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Until every committed store has read its shared-memory source (it may still be writing).
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Generic-proxy writes to shared memory become visible to the TMA unit (the async proxy).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 template <int kRegs>
@@ -170,7 +192,7 @@ __device__ __forceinline__ float bias_at(const void *bias, int kind, int c) {
 }
 
 template <class Out>
-__device__ __forceinline__ void store_pair(Out *p, float x, float y) {
+__device__ __forceinline__ void store_pair(uint8_t *p, float x, float y) {
   if constexpr (sizeof(Out) == 4) {
     *reinterpret_cast<float2 *>(p) = make_float2(x, y);
   } else if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
@@ -183,11 +205,11 @@ __device__ __forceinline__ void store_pair(Out *p, float x, float y) {
 template <class Out, bool kAE5, bool kBE5>
 __global__ void __launch_bounds__(kThreads, 1)
     block_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                      void *__restrict__ d, const float *__restrict__ a_scale_inv,
+                      const __grid_constant__ CUtensorMap map_d, const float *__restrict__ a_scale_inv,
                       const float *__restrict__ b_scale_inv, const void *__restrict__ bias, int bias_kind, int m, int n,
                       int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Smem;
+  using S = Smem<Out>;
   constexpr int kStages = S::kStages;
   constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   extern __shared__ uint8_t smem_raw[];
@@ -256,6 +278,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;                               // the stage of the next block to issue
   uint32_t phase = 0;
   float acc[64], part0[64], part1[64];
+  uint8_t *d_half = s.d + warpgroup * 64 * 128;  // this warpgroup's 64 rows of each 128-byte strip
+  constexpr int kStripCols = 128 / sizeof(Out);
+  constexpr int kStripBytes = kBlockM * 128;
 
   // A block of k in flight: its stage and its scales for this thread's two rows.
   struct Block {
@@ -326,24 +351,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fold(part0, st0);
     }
-    // Epilogue: straight from the accumulators (4 or 8 bytes per thread and row; a warp's 8 rows x
-    // 16 bytes per store, completed into full sectors by the next column group's store).
-    const int64_t r0 = int64_t(mb) * kBlockM + warpgroup * 64 + row0;
+    // Epilogue: through the strips and a TMA store, which runs while the next tile's blocks do;
+    // the previous tile's store must have read the strips before they are rewritten.
+    if (wt == 0) tma_store_wait_read();
+    named_barrier(1 + warpgroup, 128);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int c = nb * kBlockN + 8 * j + col0;  // n is even (a multiple of 8): c < n covers c + 1
-      if (c >= n) continue;
+      const int c = 8 * j + col0;
       float bias0 = 0.0f, bias1 = 0.0f;
-      if (bias_kind != kNoBias) bias0 = bias_at(bias, bias_kind, c), bias1 = bias_at(bias, bias_kind, c + 1);
+      if (bias_kind != kNoBias) {
+        const int gc = nb * kBlockN + c;  // n is even: gc < n covers gc + 1
+        if (gc < n) bias0 = bias_at(bias, bias_kind, gc), bias1 = bias_at(bias, bias_kind, gc + 1);
+      }
+      const int strip = c / kStripCols, byte = (c % kStripCols) * int(sizeof(Out));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t r = r0 + 8 * h;
-        if (r < m)
-          store_pair<Out>(static_cast<Out *>(d) + r * n + c, acc[4 * j + 2 * h] + bias0,
-                          acc[4 * j + 2 * h + 1] + bias1);
+        const int r = row0 + 8 * h;
+        uint8_t *p = d_half + strip * kStripBytes + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+        store_pair<Out>(p, acc[4 * j + 2 * h] + bias0, acc[4 * j + 2 * h + 1] + bias1);
       }
     }
+    fence_async_smem();
+    named_barrier(1 + warpgroup, 128);
+    if (wt == 0) {
+      const int y = mb * kBlockM + warpgroup * 64;
+      if (y < m) {
+#pragma unroll
+        for (int strip = 0; strip < kBlockN / kStripCols; ++strip) {
+          const int x = nb * kBlockN + strip * kStripCols;
+          if (x < n) tma_store(&map_d, d_half + strip * kStripBytes, x, y);
+        }
+      }
+      tma_store_commit();
+    }
   }
+  if (wt == 0) tma_store_wait_all();
 #endif
 }
 
@@ -394,6 +436,10 @@ template <class Out, bool kAE5, bool kBE5>
 void launch(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
   const CUtensorMap map_a = tensor_map(g.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.m, g.k, kBlockK, kBlockM);
   const CUtensorMap map_b = tensor_map(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.n, g.k, kBlockK, kBlockN);
+  constexpr CUtensorMapDataType d_type = sizeof(Out) == 4              ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                         : std::is_same_v<Out, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMap map_d = tensor_map(g.d, d_type, sizeof(Out), g.m, g.n, 128 / int(sizeof(Out)), 64);
   int bias_kind = kNoBias;
   if (g.bias) bias_kind = g.bias_dtype == DType::BF16 ? kBiasBF16 : g.bias_dtype == DType::F16 ? kBiasF16 : kBiasF32;
   const int64_t tiles = ((g.m + kBlockM - 1) / kBlockM) * ((g.n + kBlockN - 1) / kBlockN);
@@ -401,11 +447,12 @@ void launch(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
   auto *kernel = block_gemm_kernel<Out, kAE5, kBE5>;
   static bool allowed = false;  // the opt-in above 48 KiB, once per kernel (one device: a benchmark)
   if (!allowed)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<Out>())),
           "cudaFuncSetAttribute"),
         allowed = true;
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, g.d, g.a_scale_inv, g.b_scale_inv, g.bias, bias_kind,
-                                                 static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k));
+  kernel<<<grid, kThreads, smem_bytes<Out>(), stream>>>(map_a, map_b, map_d, g.a_scale_inv, g.b_scale_inv, g.bias,
+                                                        bias_kind, static_cast<int>(g.m), static_cast<int>(g.n),
+                                                        static_cast<int>(g.k));
   check(cudaGetLastError(), "block_gemm_kernel launch");
 }
 
@@ -432,7 +479,8 @@ const char *block_gemm_unsupported(const BlockGemmArgs &g, int major, int minor)
   if (g.m >= kMax || g.n >= kMax || g.k >= kMax) return "a dimension of 2^31 or more";
   // TMA: global row strides are multiples of 16 bytes, bases 16-byte aligned.
   if (g.k % 16 != 0) return "k not a multiple of 16";
-  if (g.n % 2 != 0) return "n odd (the output is stored in pairs)";
+  const int64_t out_bytes = g.d_dtype == DType::F32 ? 4 : 2;
+  if (g.n * out_bytes % 16 != 0) return "an output row not a multiple of 16 bytes (TMA stores it)";
   if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.d)) return "an operand not 16-byte aligned";
   if (!g.a_scale_inv || !g.b_scale_inv) return "missing scales";
   return nullptr;

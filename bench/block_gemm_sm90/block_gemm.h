@@ -3,17 +3,19 @@
 // 128 of k) and B 128x128, read in libte's scale layouts as they are (cuBLASLt needs both
 // rearranged: two launches and two allocations per GEMM in lt_gemm.cpp).
 //
-// Not wired into libte: on the H200 it runs at 0.80-0.92x the speed of cuBLASLt's block-scaled
-// kernel (bench/RESULTS.md, "Eleventh session"), so libte keeps cuBLASLt. It lives here, with its
-// checks and its peer (main.cu), as the base for the next attempt.
+// Not wired into libte: on the H200 it runs at 0.91-1.06x the speed of cuBLASLt's block-scaled
+// kernel (bench/RESULTS.md, "Eleventh session"): a regression on some benchmark shapes, so libte
+// keeps cuBLASLt. It lives here, with its checks and its peer (main.cu), as the base for the next
+// attempt.
 //
 // Design: persistent CTAs of 384 threads walk 128x128 output tiles in groups of 16 row blocks
 // (L2 reuse). A producer warp issues TMA loads of A's and B's 128x128 FP8 tiles (128-byte
-// swizzle) into a 6-stage ring; a second producer warp copies the stage's 128 A scales and one B
-// scale with cp.async, its arrival on the stage's barrier made when they land. Two consumer
-// warpgroups each run WGMMA m64n128k32 over their 64 rows, each 128-deep block of k into one of
-// two partial accumulators in turn, and fold the finished one into the result with its block's
-// scales (a[row] * b) while the tensor cores run the next. The tile is stored from registers.
+// swizzle) into a 5-stage ring (4 with fp32 output); a second producer warp copies the stage's
+// 128 A scales and one B scale with cp.async, its arrival on the stage's barrier made when they
+// land. Two consumer warpgroups run WGMMA m64n128k32 over their 64 rows, each 128-deep block of
+// k into one of two partial accumulators in turn, and fold the finished one into the result with
+// its block's scales (a[row] * b) while the tensor cores run the next. The tile leaves through a
+// swizzled shared-memory strip and a TMA store that overlaps the next tile's blocks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +40,7 @@ struct BlockGemmArgs {
 
 // Null when block_gemm can run `g` on a device of compute capability major.minor; otherwise why
 // not: not an sm_90 device, a dtype it has no kernel for, a size it cannot take (k not a multiple
-// of 16: TMA's row stride; n odd: the output is stored in pairs; a dimension of 2^31 or more) or
+// of 16, or an output row not a multiple of 16 bytes: TMA's row strides; a dimension of 2^31 or more) or
 // a pointer not 16-byte aligned.
 const char *block_gemm_unsupported(const BlockGemmArgs &g, int major, int minor);
 
