@@ -10,20 +10,24 @@
 //   bench: five shapes, 3 x (median of 10 CUDA-event timings) each, libte beside cuBLASLt
 //          (heuristic #0, fp32 accumulation, BF16 output), random codes in [-4, 4] and scales
 //          in [0.5, 1.5) (never zeros).
-//   grid:  16384 x 14336 x 4096 with 132, 100, 66, 33 CTAs: per-SM rate apart from L2 pressure.
+//   grid:  16384 x 14336 x 4096 with 132, 100, 66, 33 CTAs: the per-SM rate apart from L2 load.
+// On a device other than sm_90 it prints SKIPPED and exits 0.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "block_gemm.h"
+
 using namespace block_gemm_sm90;
-static size_t dtype_size(DType t) { return t == DType::F32 ? 4 : (t == DType::F16 || t == DType::BF16) ? 2 : 1; }
+
 #define CK(x)                                                                            \
   do {                                                                                   \
     cudaError_t e_ = (x);                                                                \
@@ -32,14 +36,24 @@ static size_t dtype_size(DType t) { return t == DType::F32 ? 4 : (t == DType::F1
       exit(1);                                                                           \
     }                                                                                    \
   } while (0)
-#define LK(x)                                   \
-  do {                                          \
-    cublasStatus_t s_ = (x);                    \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {          \
-      fprintf(stderr, "%s: %d\n", #x, int(s_)); \
-      exit(1);                                  \
-    }                                           \
+#define LK(x)                                                                    \
+  do {                                                                           \
+    cublasStatus_t s_ = (x);                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
+      fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
+
+namespace {
+
+int g_sms = 0;  // CTAs the kernel may use (the device's SM count, or fewer in `grid`)
+
+size_t dtype_size(DType t) { return t == DType::F32 ? 4 : (t == DType::F16 || t == DType::BF16) ? 2 : 1; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- inputs ----------------------------------------------------------------------------------
+
 __device__ uint32_t hash(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352d;
@@ -48,64 +62,126 @@ __device__ uint32_t hash(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
-__global__ void fill_fp8(uint8_t* p, size_t n, uint32_t seed, bool e5) {
+
+// FP8 codes of values uniform in [-4, 4].
+__global__ void fill_fp8(uint8_t *p, size_t n, uint32_t seed, bool e5m2) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = hash(uint32_t(i) * 2654435761u ^ seed);
-    float u = (h & 0xFFFFFF) / 16777216.0f * 2.f - 1.f;
-    float v = u * 4.0f;
-    p[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5 ? __NV_E5M2 : __NV_E4M3);
+    const float u = (hash(uint32_t(i) * 2654435761u ^ seed) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+    p[i] = __nv_cvt_float_to_fp8(4.0f * u, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
   }
 }
-__global__ void fill_scales(float* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = hash(uint32_t(i) ^ seed);
-    p[i] = 0.5f + (h & 0xFFFF) / 65536.0f;
-  }
+
+// lo + [0, span) in 2^-16 steps.
+__global__ void fill_floats(float *p, size_t n, uint32_t seed, float lo, float span) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = lo + span * ((hash(uint32_t(i) ^ seed) & 0xFFFF) / 65536.0f);
 }
-__global__ void fill_f32(float* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = hash(uint32_t(i) ^ seed);
-    p[i] = (h & 0xFFFF) / 65536.0f - 0.5f;
+
+struct Case {
+  int64_t m, n, k;
+  DType a = DType::E4M3, b = DType::E4M3, d = DType::BF16;
+  bool bias = false;
+};
+
+// One case's device buffers, filled: A and B codes, their scales in libte's layouts (B's rows
+// padded to a multiple of 4 blocks and one row more, so that cuBLASLt's 128x128 layout fits
+// too), an optional fp32 bias and the output (0xFF bytes: NaN until written).
+struct Operands {
+  uint8_t *a = nullptr, *b = nullptr;
+  float *a_scale = nullptr, *b_scale = nullptr, *bias = nullptr;
+  void *d = nullptr;
+  size_t d_bytes = 0;
+
+  explicit Operands(const Case &c) {
+    const int64_t kb = ceil_div(c.k, 128);
+    const size_t a_scales = size_t(c.m * kb), b_scales = size_t((ceil_div(c.n, 128) + 1) * (ceil_div(kb, 4) * 4 + 4));
+    d_bytes = size_t(c.m * c.n) * dtype_size(c.d);
+    CK(cudaMalloc(&a, size_t(c.m * c.k)));
+    CK(cudaMalloc(&b, size_t(c.n * c.k)));
+    CK(cudaMalloc(&a_scale, a_scales * 4));
+    CK(cudaMalloc(&b_scale, b_scales * 4));
+    CK(cudaMalloc(&d, d_bytes));
+    CK(cudaMemset(d, 0xFF, d_bytes));
+    fill_fp8<<<1024, 256>>>(a, size_t(c.m * c.k), 1, c.a == DType::E5M2);
+    CK(cudaGetLastError());
+    fill_fp8<<<1024, 256>>>(b, size_t(c.n * c.k), 2, c.b == DType::E5M2);
+    CK(cudaGetLastError());
+    fill_floats<<<256, 256>>>(a_scale, a_scales, 3, 0.5f, 1.0f);
+    CK(cudaGetLastError());
+    fill_floats<<<256, 256>>>(b_scale, b_scales, 4, 0.5f, 1.0f);
+    CK(cudaGetLastError());
+    if (c.bias) {
+      CK(cudaMalloc(&bias, size_t(c.n) * 4));
+      fill_floats<<<64, 256>>>(bias, size_t(c.n), 5, -0.5f, 1.0f);
+      CK(cudaGetLastError());
+    }
   }
-}
-__device__ float dec(uint8_t c, bool e5) {
-  __nv_fp8_storage_t s = c;
-  __half_raw h = __nv_cvt_fp8_to_halfraw(s, e5 ? __NV_E5M2 : __NV_E4M3);
+  ~Operands() {
+    for (void *p : {(void *)a, (void *)b, (void *)a_scale, (void *)b_scale, (void *)bias, d}) cudaFree(p);
+  }
+  Operands(const Operands &) = delete;
+  Operands &operator=(const Operands &) = delete;
+
+  BlockGemmArgs args(const Case &c) const {
+    BlockGemmArgs g;
+    g.a = a;
+    g.b = b;
+    g.a_dtype = c.a;
+    g.b_dtype = c.b;
+    g.a_scale_inv = a_scale;
+    g.b_scale_inv = b_scale;
+    g.d = d;
+    g.d_dtype = c.d;
+    g.bias = bias;
+    g.bias_dtype = DType::F32;
+    g.m = c.m;
+    g.n = c.n;
+    g.k = c.k;
+    return g;
+  }
+};
+
+// ---- check -----------------------------------------------------------------------------------
+
+__device__ float decode(uint8_t c, bool e5m2) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), e5m2 ? __NV_E5M2 : __NV_E4M3);
   return __half2float(__half(h));
 }
-// samples: index list (row*n+col); out err metric
-__global__ void reference(const uint8_t* a, const uint8_t* b, bool a5, bool b5, const float* sa, const float* sb,
-                          const float* bias, int m, int n, int k, const long long* idx, int ns, double* ref,
-                          double* absref) {
-  int s = blockIdx.x * blockDim.x + threadIdx.x;
-  if (s >= ns) return;
-  long long id = idx[s];
-  int i = id / n, j = id % n;
-  int kb_n = (k + 127) / 128;
-  double acc = 0, aa = 0;
-  for (int kb = 0; kb < kb_n; ++kb) {
-    double part = 0, pa = 0;
-    for (int kk = kb * 128; kk < min(k, kb * 128 + 128); ++kk) {
-      double x = dec(a[(size_t)i * k + kk], a5) * (double)dec(b[(size_t)j * k + kk], b5);
+
+// For each sampled output index (row * n + col): the fp64 result and sum |terms|.
+__global__ void reference(const uint8_t *a, const uint8_t *b, bool a5, bool b5, const float *sa, const float *sb,
+                          const float *bias, int64_t n, int64_t k, const int64_t *index, int count, double *ref,
+                          double *abs_sum) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= count) return;
+  const int64_t i = index[s] / n, j = index[s] % n, kb_n = (k + 127) / 128;
+  double acc = 0, mag = 0;
+  for (int64_t kb = 0; kb < kb_n; ++kb) {
+    double part = 0, part_mag = 0;
+    for (int64_t kk = kb * 128; kk < min(k, kb * 128 + 128); ++kk) {
+      const double x = double(decode(a[i * k + kk], a5)) * double(decode(b[j * k + kk], b5));
       part += x;
-      pa += fabs(x);
+      part_mag += fabs(x);
     }
-    double sc = (double)sa[(size_t)i * kb_n + kb] * sb[(size_t)(j / 128) * kb_n + kb];
-    acc += part * sc;
-    aa += pa * sc;
+    const double scale = double(sa[i * kb_n + kb]) * double(sb[(j / 128) * kb_n + kb]);
+    acc += part * scale;
+    mag += part_mag * scale;
   }
-  if (bias) {
-    acc += bias[j];
-    aa += fabs(bias[j]);
-  }
+  if (bias) acc += bias[j], mag += fabs(bias[j]);
   ref[s] = acc;
-  absref[s] = aa;
+  abs_sum[s] = mag;
 }
-float to_f(const void* d, DType t, size_t i) {
-  if (t == DType::F32) return ((const float*)d)[i];
-  uint16_t h = ((const uint16_t*)d)[i];
+
+float output_at(const std::vector<uint8_t> &d, DType t, int64_t i) {
+  if (t == DType::F32) {
+    float f;
+    memcpy(&f, d.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, d.data() + 2 * i, 2);
   if (t == DType::BF16) {
-    uint32_t u = uint32_t(h) << 16;
+    const uint32_t u = uint32_t(h) << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -114,248 +190,212 @@ float to_f(const void* d, DType t, size_t i) {
   r.x = h;
   return __half2float(__half(r));
 }
-int sms;
-bool check(int64_t m, int64_t n, int64_t k, DType at, DType bt, DType dt, bool with_bias, int max_samples) {
-  uint8_t *a, *b;
-  float *sa, *sb, *bias = nullptr;
-  void* d;
-  int kb = (k + 127) / 128;
-  CK(cudaMalloc(&a, m * k));
-  CK(cudaMalloc(&b, n * k));
-  CK(cudaMalloc(&sa, m * kb * 4));
-  CK(cudaMalloc(&sb, ((n + 127) / 128) * kb * 4));
-  size_t db = m * n * dtype_size(dt);
-  CK(cudaMalloc(&d, db));
-  CK(cudaMemset(d, 0xFF, db));
-  fill_fp8<<<1024, 256>>>(a, m * k, 1, at == DType::E5M2);
-  fill_fp8<<<1024, 256>>>(b, n * k, 2, bt == DType::E5M2);
-  fill_scales<<<256, 256>>>(sa, m * kb, 3);
-  fill_scales<<<256, 256>>>(sb, ((n + 127) / 128) * kb, 4);
-  std::vector<float> hbias;
-  if (with_bias) {
-    CK(cudaMalloc(&bias, n * 4));
-    fill_f32<<<64, 256>>>(bias, n, 5);
+
+const char *name(DType t) {
+  switch (t) {
+    case DType::E4M3:
+      return "e4m3";
+    case DType::E5M2:
+      return "e5m2";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    default:
+      return "f32";
   }
-  BlockGemmArgs g;
-  g.a = a;
-  g.b = b;
-  g.a_dtype = at;
-  g.b_dtype = bt;
-  g.a_scale_inv = sa;
-  g.b_scale_inv = sb;
-  g.d = d;
-  g.d_dtype = dt;
-  g.bias = bias;
-  g.bias_dtype = DType::F32;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  const char* why = block_gemm_unsupported(g, 9, 0);
-  if (why) {
-    printf("unsupported: %s\n", why);
+}
+
+bool check(const Case &c, int max_samples) {
+  Operands op(c);
+  const BlockGemmArgs g = op.args(c);
+  if (const char *why = block_gemm_unsupported(g, 9, 0)) {
+    printf("check m=%lld n=%lld k=%lld: unsupported (%s) FAIL\n", (long long)c.m, (long long)c.n, (long long)c.k, why);
     return false;
   }
-  block_gemm(g, sms, 0);
+  block_gemm(g, g_sms, 0);
   CK(cudaDeviceSynchronize());
-  long long total = m * n;
-  int ns = total <= max_samples ? (int)total : max_samples;
-  std::vector<long long> hidx(ns);
-  for (int s = 0; s < ns; ++s)
-    hidx[s] = total <= max_samples
-                  ? s
-                  : (long long)((unsigned long long)s * 2654435761ull * 40503ull % (unsigned long long)total);
-  long long* didx;
-  double *ref, *absr;
-  CK(cudaMalloc(&didx, ns * 8));
-  CK(cudaMalloc(&ref, ns * 8));
-  CK(cudaMalloc(&absr, ns * 8));
-  CK(cudaMemcpy(didx, hidx.data(), ns * 8, cudaMemcpyHostToDevice));
-  reference<<<(ns + 127) / 128, 128>>>(a, b, at == DType::E5M2, bt == DType::E5M2, sa, sb, bias, m, n, k, didx, ns, ref,
-                                       absr);
+
+  // Every output, or a spread-out sample of a large one.
+  const int64_t total = c.m * c.n;
+  const int count = total <= max_samples ? int(total) : max_samples;
+  std::vector<int64_t> index(count);
+  for (int s = 0; s < count; ++s)
+    index[s] = total <= max_samples ? s : int64_t((uint64_t(s) * 2654435761ull * 40503ull) % uint64_t(total));
+  int64_t *d_index;
+  double *d_ref, *d_mag;
+  CK(cudaMalloc(&d_index, count * sizeof(int64_t)));
+  CK(cudaMalloc(&d_ref, count * sizeof(double)));
+  CK(cudaMalloc(&d_mag, count * sizeof(double)));
+  CK(cudaMemcpy(d_index, index.data(), count * sizeof(int64_t), cudaMemcpyHostToDevice));
+  reference<<<(count + 127) / 128, 128>>>(op.a, op.b, c.a == DType::E5M2, c.b == DType::E5M2, op.a_scale, op.b_scale,
+                                          op.bias, c.n, c.k, d_index, count, d_ref, d_mag);
   CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  std::vector<double> hr(ns), ha(ns);
-  CK(cudaMemcpy(hr.data(), ref, ns * 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(ha.data(), absr, ns * 8, cudaMemcpyDeviceToHost));
-  std::vector<uint8_t> hd(db);
-  CK(cudaMemcpy(hd.data(), d, db, cudaMemcpyDeviceToHost));
-  double rel = dt == DType::BF16 ? 1.0 / 256 : dt == DType::F16 ? 1.0 / 2048 : 1e-6;
-  double worst = 0, worst_abs = 0;
-  long long wi = -1;
+  std::vector<double> ref(count), mag(count);
+  std::vector<uint8_t> out(op.d_bytes);
+  CK(cudaMemcpy(ref.data(), d_ref, count * sizeof(double), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(mag.data(), d_mag, count * sizeof(double), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(out.data(), op.d, op.d_bytes, cudaMemcpyDeviceToHost));
+  for (void *p : {(void *)d_index, (void *)d_ref, (void *)d_mag}) CK(cudaFree(p));
+
+  const double rounding = c.d == DType::BF16 ? 1.0 / 256 : c.d == DType::F16 ? 1.0 / 2048 : 1e-6;
+  double worst = 0, worst_rel = 0;
+  int64_t worst_at = 0;
   int bad = 0;
-  for (int s = 0; s < ns; ++s) {
-    double got = to_f(hd.data(), dt, hidx[s]);
-    double tol = rel * fabs(hr[s]) + ldexp(1.0, -11) * ha[s] + 1e-30;
-    double ea = fabs(got - hr[s]) / (ha[s] + 1e-30);
-    if (ea > worst_abs) worst_abs = ea;
-    double e = fabs(got - hr[s]) / tol;
-    if (!(e <= 1.0)) ++bad;
-    if (!(e <= worst)) {
-      worst = e;
-      wi = hidx[s];
-    }
+  for (int s = 0; s < count; ++s) {
+    const double err = fabs(double(output_at(out, c.d, index[s])) - ref[s]);  // NaN if never written
+    const double tol = rounding * fabs(ref[s]) + std::ldexp(1.0, -11) * mag[s] + 1e-30;
+    if (!(err <= tol)) ++bad;
+    if (!(err / tol <= worst)) worst = err / tol, worst_at = index[s];
+    worst_rel = std::max(worst_rel, err / (mag[s] + 1e-30));
   }
   printf(
-      "check m=%lld n=%lld k=%lld a=%s b=%s d=%d bias=%d samples=%d: worst err/tol %.3f at (%lld,%lld) bad=%d "
-      "max|err|/sum|terms| %.2e %s\n",
-      (long long)m, (long long)n, (long long)k, at == DType::E5M2 ? "e5m2" : "e4m3",
-      bt == DType::E5M2 ? "e5m2" : "e4m3", int(dt), int(with_bias), ns, worst, wi < 0 ? -1 : wi / n,
-      wi < 0 ? -1 : wi % n, bad, worst_abs, bad ? "FAIL" : "ok");
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(sa);
-  cudaFree(sb);
-  cudaFree(d);
-  cudaFree(didx);
-  cudaFree(ref);
-  cudaFree(absr);
-  if (bias) cudaFree(bias);
+      "check m=%lld n=%lld k=%lld a=%s b=%s d=%s bias=%d, %d outputs: worst err/tol %.3f at (%lld, %lld), "
+      "max err / sum|terms| %.2e, %d over tolerance: %s\n",
+      (long long)c.m, (long long)c.n, (long long)c.k, name(c.a), name(c.b), name(c.d), int(c.bias), count, worst,
+      (long long)(worst_at / c.n), (long long)(worst_at % c.n), worst_rel, bad, bad ? "FAIL" : "ok");
   return bad == 0;
 }
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-void bench(int64_t m, int64_t n, int64_t k) {
-  uint8_t *a, *b;
-  float *sa, *sb;
-  void* d;
-  int kb = (k + 127) / 128;
-  size_t sf = (std::max(m, n) + 128) * (kb + 4) + 1024;
-  CK(cudaMalloc(&a, m * k));
-  CK(cudaMalloc(&b, n * k));
-  CK(cudaMalloc(&sa, sf * 4));
-  CK(cudaMalloc(&sb, sf * 4));
-  CK(cudaMalloc(&d, m * n * 2));
-  fill_fp8<<<1024, 256>>>(a, m * k, 1, false);
-  fill_fp8<<<1024, 256>>>(b, n * k, 2, false);
-  fill_scales<<<256, 256>>>(sa, sf, 3);
-  fill_scales<<<256, 256>>>(sb, sf, 4);
-  BlockGemmArgs g;
-  g.a = a;
-  g.b = b;
-  g.a_scale_inv = sa;
-  g.b_scale_inv = sb;
-  g.d = d;
-  g.d_dtype = DType::BF16;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  // cuBLASLt peer (libte's row-major TN as cuBLASLt's column-major: its A = our B)
-  cublasLtHandle_t lt;
-  LK(cublasLtCreate(&lt));
-  cublasLtMatmulDesc_t desc;
-  LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
-  int8_t fast = 0;
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, 1));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
-  cublasLtMatmulMatrixScale_t am = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-                              bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm));
-  cublasLtMatrixLayout_t la, lb, ld;
-  LK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k));
-  LK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k));
-  LK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, m, n));
-  size_t ws_bytes = 64 << 20;
-  void* ws;
-  CK(cudaMalloc(&ws, ws_bytes));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-  cublasLtMatmulHeuristicResult_t heur;
+
+// ---- bench -----------------------------------------------------------------------------------
+
+// cuBLASLt's block-scaled GEMM of the same operands (libte's row-major D = A B^T is cuBLASLt's
+// column-major D^T = B A^T: its A is our B, 128x128-scaled, its B our A, 1x128).
+struct LtPeer {
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
-  float alpha = 1, beta = 0;
+  void *ws = nullptr;
+  size_t ws_bytes = size_t(64) << 20;
+  const Operands &op;
+
+  LtPeer(const Case &c, const Operands &o) : op(o) {
+    LK(cublasLtCreate(&lt));
+    LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
+    const int8_t fast = 0;
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &op.b_scale, sizeof op.b_scale));
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &op.a_scale, sizeof op.a_scale));
+    const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                                      b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+    LK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, c.k, c.n, c.k));
+    LK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, c.k, c.m, c.k));
+    LK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, c.n, c.m, c.n));
+    CK(cudaMalloc(&ws, ws_bytes));
+    LK(cublasLtMatmulPreferenceCreate(&pref));
+    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof ws_bytes));
+    LK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+  }
+  ~LtPeer() {
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(lt);
+    cudaFree(ws);
+  }
+  void run() {
+    const float alpha = 1.0f, beta = 0.0f;
+    LK(cublasLtMatmul(lt, desc, &alpha, op.b, la, op.a, lb, &beta, op.d, ld, op.d, ld, &heur.algo, ws, ws_bytes, 0));
+  }
+};
+
+// Median of 10 timed runs after 3 untimed ones, in ms.
+template <class Run>
+double time_ms(Run run) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  auto run_ours = [&] { block_gemm(g, sms, 0); };
-  auto run_lt = [&] {
-    LK(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, d, ld, d, ld, &heur.algo, ws, ws_bytes, 0));
-  };
-  auto time = [&](auto f) {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> t;
-    for (int r = 0; r < 10; ++r) {
-      CK(cudaEventRecord(e0));
-      f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms);
-    }
-    return median(t);
-  };
-  double fl = 2.0 * m * n * k;
-  std::vector<double> o, l;
-  for (int rep = 0; rep < 3; ++rep) {
-    o.push_back(time(run_ours));
-    if (found) l.push_back(time(run_lt));
+  for (int i = 0; i < 3; ++i) run();
+  std::vector<float> t;
+  for (int r = 0; r < 10; ++r) {
+    CK(cudaEventRecord(e0));
+    run();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms);
   }
-  for (int rep = 0; rep < 3; ++rep)
-    printf(
-        "bench m=%lld n=%lld k=%lld: libte sm90 %.4f ms %.0f TFLOP/s | cuBLASLt %.4f ms %.0f TFLOP/s | ratio (time) "
-        "%.3f\n",
-        (long long)m, (long long)n, (long long)k, o[rep], fl / o[rep] / 1e9, found ? l[rep] : 0,
-        found ? fl / l[rep] / 1e9 : 0, found ? o[rep] / l[rep] : 0);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(sa);
-  cudaFree(sb);
-  cudaFree(d);
-  cudaFree(ws);
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
-  cublasLtDestroy(lt);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
-int main(int argc, char** argv) {
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (*mode && strcmp(mode, "check") && strcmp(mode, "bench") && strcmp(mode, "grid")) {
-    fprintf(stderr, "usage: %s [check|bench|grid]\n", argv[0]);
+void bench(int64_t m, int64_t n, int64_t k) {
+  const Case c{m, n, k};
+  Operands op(c);
+  const BlockGemmArgs g = op.args(c);
+  if (const char *why = block_gemm_unsupported(g, 9, 0)) {
+    printf("bench m=%lld n=%lld k=%lld: unsupported (%s)\n", (long long)m, (long long)n, (long long)k, why);
+    return;
+  }
+  LtPeer peer(c, op);
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  double ours[3], theirs[3];
+  for (int rep = 0; rep < 3; ++rep) {  // alternating, so that clock drift hits both
+    ours[rep] = time_ms([&] { block_gemm(g, g_sms, 0); });
+    theirs[rep] = peer.found ? time_ms([&] { peer.run(); }) : 0.0;
+  }
+  CK(cudaGetLastError());
+  for (int rep = 0; rep < 3; ++rep)
+    printf(
+        "bench m=%lld n=%lld k=%lld: libte sm90 %.4f ms %.0f TFLOP/s | cuBLASLt %.4f ms %.0f TFLOP/s | ratio "
+        "(time) %.3f\n",
+        (long long)m, (long long)n, (long long)k, ours[rep], flops / ours[rep] / 1e9, theirs[rep],
+        peer.found ? flops / theirs[rep] / 1e9 : 0.0, peer.found ? ours[rep] / theirs[rep] : 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (argc > 2 || (*mode && strcmp(mode, "check") && strcmp(mode, "bench") && strcmp(mode, "grid"))) {
+    fprintf(stderr, "usage: %s [check | bench | grid]\n", argv[0]);
     return 2;
   }
   int major = 0, minor = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   if (major != 9 || minor != 0) {
-    printf("SKIPPED: device 0 is sm_%d%d; this kernel is sm_90a only\n", major, minor);
+    printf("SKIPPED: device 0 is sm_%d%d; this kernel is for sm_90a only\n", major, minor);
     return 0;
   }
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  bool ok = true;
+  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   if (!strcmp(mode, "grid")) {
-    for (int g : {132, 100, 66, 33}) {
-      if (g > sms) continue;
-      sms = g;
-      printf("grid %d\n", g);
+    for (int grid : {132, 100, 66, 33}) {
+      if (grid > g_sms) continue;
+      g_sms = grid;
+      printf("grid %d\n", grid);
       bench(16384, 14336, 4096);
     }
     return 0;
   }
+  bool ok = true;
   if (strcmp(mode, "bench")) {
-    const int S = 200000;
-    ok &= check(128, 128, 128, DType::E4M3, DType::E4M3, DType::BF16, false, S);
-    ok &= check(256, 384, 512, DType::E4M3, DType::E4M3, DType::BF16, false, S);
-    ok &= check(300, 264, 400, DType::E4M3, DType::E4M3, DType::BF16, false, S);
-    ok &= check(1000, 1000, 1040, DType::E4M3, DType::E4M3, DType::BF16, true, 2000000);
-    ok &= check(129, 136, 144, DType::E5M2, DType::E4M3, DType::BF16, false, S);
-    ok &= check(777, 520, 2064, DType::E4M3, DType::E5M2, DType::F16, true, S);
-    ok &= check(513, 772, 1536, DType::E5M2, DType::E5M2, DType::F32, true, S);
-    ok &= check(64, 100000, 256, DType::E4M3, DType::E4M3, DType::F32, false, S);
-    ok &= check(16384, 14336, 4096, DType::E4M3, DType::E4M3, DType::BF16, false, 20000);
-    ok &= check(16384, 4096, 14336, DType::E5M2, DType::E4M3, DType::BF16, false, 20000);
+    const int kSamples = 200000;
+    using D = DType;
+    ok &= check({128, 128, 128}, kSamples);
+    ok &= check({256, 384, 512}, kSamples);
+    ok &= check({300, 264, 400}, kSamples);
+    ok &= check({1000, 1000, 1040, D::E4M3, D::E4M3, D::BF16, true}, 2000000);
+    ok &= check({129, 136, 144, D::E5M2, D::E4M3, D::BF16}, kSamples);
+    ok &= check({777, 520, 2064, D::E4M3, D::E5M2, D::F16, true}, kSamples);
+    ok &= check({513, 772, 1536, D::E5M2, D::E5M2, D::F32, true}, kSamples);
+    ok &= check({64, 100000, 256, D::E4M3, D::E4M3, D::F32}, kSamples);
+    ok &= check({16384, 14336, 4096}, 20000);
+    ok &= check({16384, 4096, 14336, D::E5M2, D::E4M3, D::BF16}, 20000);
     printf("correctness %s\n", ok ? "PASS" : "FAIL");
   }
   if (strcmp(mode, "check")) {
