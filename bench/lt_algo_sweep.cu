@@ -22,22 +22,7 @@
 #include <numeric>
 #include <vector>
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
-#define LK(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t s_ = (x);                                                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "cuda_exit_checks.h"
 
 // Random E4M3 codes without NaN (0x7f / 0xff), magnitudes up to 2^4: the GEMM works on real values.
 __global__ void fill_codes(uint8_t *p, size_t n, uint32_t seed) {

@@ -24,26 +24,10 @@
 #include <cstring>
 #include <vector>
 
+#include "../cuda_exit_checks.h"
 #include "block_gemm.h"
 
 using namespace block_gemm_sm90;
-
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-#define LK(x)                                                                    \
-  do {                                                                           \
-    cublasStatus_t s_ = (x);                                                     \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
-      fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
 
 namespace {
 
