@@ -101,7 +101,7 @@ int ProjectionBackward::gemms(GemmArgs *out) const {
 }
 
 void ProjectionBackward::unfused_bias_grad() {
-  if (g_.db.data && !quantizes()) ctx_.backend().bias_grad(dy_, g_.db);
+  if (bias_grad_unfused()) ctx_.backend().bias_grad(dy_, g_.db);
 }
 
 void ProjectionBackward::run() {
@@ -147,7 +147,7 @@ void ProjectionBackward::run_all(ProjectionBackward *const *steps, int n) {
   int m = 0;
   for (int i = 0; i < n; ++i) {
     const ProjectionBackward &s = *steps[i];
-    if (!s.g_.db.data || s.quantizes()) continue;
+    if (!s.bias_grad_unfused()) continue;
     dys[m] = s.dy_, dbs[m++] = s.g_.db;
     if (m == kBiasBatch) be.bias_grad_many(dys, dbs, m), m = 0;
   }

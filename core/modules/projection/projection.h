@@ -177,6 +177,7 @@ class ProjectionBackward {
   QuantizeRequest dy_request() const;
   void snapshot_without_cast();
   int gemms(GemmArgs *out) const;
+  bool bias_grad_unfused() const { return g_.db.data && !quantizes(); }  // no cast computes db
   void unfused_bias_grad();
   QuantizedMatrix dyq_;
   Buffer grad_scale_;
