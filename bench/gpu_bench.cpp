@@ -11,7 +11,8 @@
 //                   (HYBRID: E4M3 forward, E5M2 gradients), block (E4M3, 1x128 / 128x128 blocks),
 //                   and "bf16" (autocast disabled)
 //   host_forward    host time per te_linear_forward call inside an unsynchronised training loop
-// Options: --quick (fewer shapes), --cast (the casts alone), --norm (the norms alone, with and without out_t).
+// Options: --quick (fewer shapes), --cast (the casts alone), --norm (the norms alone, with and without out_t),
+// --linear (the Linear steps alone).
 // bench/python/compare_torch.py runs this program and PyTorch's peers in one run and prints one
 // table. Inputs are random (never zeros). Times: wall clock around many iterations between two
 // te_context_synchronize calls, after warm-up.
@@ -368,6 +369,15 @@ void bench_linear(te_context *ctx, te_device dev, int64_t tokens, int64_t in, in
   te_linear_destroy(lin);
 }
 
+// Linear fwd+bwd for every recipe at issue 15's two shapes (--quick: the first shape only); the
+// host forward timing with the delayed recipe, as before.
+void bench_linears(te_context *ctx, const te_device &dev, bool quick) {
+  for (const char *recipe : {"delayed", "current", "block", "bf16"}) {
+    bench_linear(ctx, dev, 16384, 4096, 14336, recipe, std::strcmp(recipe, "delayed") == 0);
+    if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096, recipe, std::strcmp(recipe, "delayed") == 0);
+  }
+}
+
 // Everything after the casts (`--cast` skips it).
 void bench_norms_gemms_linears(te_context *ctx, const te_device &dev, bool quick) {
   bench_norm_cast(ctx, dev, 16384, 4096, TE_NORM_LAYERNORM);
@@ -390,12 +400,7 @@ void bench_norms_gemms_linears(te_context *ctx, const te_device &dev, bool quick
     bench_gemm(ctx, dev, 16384, 14336, 4096, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_128X128);
     bench_gemm(ctx, dev, 4096, 14336, 16384, TE_SCALING_BLOCK_1X128, TE_SCALING_BLOCK_1X128);
   }
-  // Linear fwd+bwd for every recipe at issue 15's two shapes (--quick: the first shape only);
-  // the host forward timing with the delayed recipe, as before.
-  for (const char *recipe : {"delayed", "current", "block", "bf16"}) {
-    bench_linear(ctx, dev, 16384, 4096, 14336, recipe, std::strcmp(recipe, "delayed") == 0);
-    if (!quick) bench_linear(ctx, dev, 16384, 4096, 4096, recipe, std::strcmp(recipe, "delayed") == 0);
-  }
+  bench_linears(ctx, dev, quick);
 }
 
 }  // namespace
@@ -420,6 +425,12 @@ int main(int argc, char **argv) {
     for (int64_t hidden : {4096, 8192, 14336})
       for (te_norm_kind kind : {TE_NORM_LAYERNORM, TE_NORM_RMSNORM})
         for (bool with_t : {true, false}) bench_norm_cast(ctx, dev, 16384, hidden, kind, with_t);
+    te_context_destroy(ctx);
+    std::printf("{\n%s\n}\n", json_out.c_str());
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--linear") == 0) {
+    bench_linears(ctx, dev, false);
     te_context_destroy(ctx);
     std::printf("{\n%s\n}\n", json_out.c_str());
     return 0;
