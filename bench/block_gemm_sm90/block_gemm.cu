@@ -20,25 +20,36 @@ constexpr int kMathThreads = 256;             // two consumer warpgroups
 constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
 
 constexpr int kBlockN = 128;  // = the 128x128 scale block: one B scale per tile and k block
+// The cluster kernel's pair of CTAs: row blocks 2 p and 2 p + 1 of one column block, each CTA
+// loading one half (64 rows) of the shared B tile and multicasting it to both.
+constexpr int kClusterCtas = 2;
+constexpr int kBHalfRows = kBlockN / kClusterCtas;
 
 // The ring takes what shared memory the output tile leaves: 5 stages with a 16-bit output, 4 with
-// fp32 (each consumer holds two stages while it works on them; the rest are loading).
-template <class Out>
+// fp32 (each consumer holds two stages while it works on them; the rest are loading). The cluster
+// kernel stages the tile in two passes of half its columns and takes one stage more, since its
+// stages are refilled only when both CTAs have freed them (on the H200 the sixth stage measured
+// no faster than five: the cluster kernel's loss lies elsewhere).
+template <class Out, bool kCluster>
 struct Smem {
-  static constexpr int kStages = sizeof(Out) == 4 ? 4 : 5;
+  static constexpr int kStages = (sizeof(Out) == 4 ? 4 : 5) + (kCluster ? 1 : 0);
+  static constexpr int kStrips = kBlockN * int(sizeof(Out)) / 128;     // 128-byte column strips of a tile
+  static constexpr int kStagedStrips = kCluster ? kStrips / 2 : kStrips;  // of them in shared memory at once
   uint8_t a[kStages][kBlockM * kBlockK];  // each 1024-byte aligned: TMA's and WGMMA's 128-byte swizzle
   uint8_t b[kStages][kBlockN * kBlockK];
   // The output tile, as 128-byte-wide column strips of [kBlockM rows], 128-byte swizzled (the
   // accumulators' row-scattered stores hit distinct banks); each consumer owns its 64 rows.
-  uint8_t d[kBlockM * kBlockN * sizeof(Out)];
+  uint8_t d[kStagedStrips * kBlockM * 128];
   float a_scale[kStages][kBlockM];
   float b_scale[kStages];
   uint64_t full[kStages], empty[kStages];
+  // Cluster: this CTA's consumers have freed the stage (forwarded to both CTAs' `empty`).
+  uint64_t consumed[kCluster ? kStages : 1];
 };
 
-template <class Out>
+template <class Out, bool kCluster>
 constexpr size_t smem_bytes() {
-  return sizeof(Smem<Out>) + 1024;  // + slack to align the dynamic buffer to 1024 bytes
+  return sizeof(Smem<Out, kCluster>) + 1024;  // + slack to align the dynamic buffer to 1024 bytes
 }
 
 // ---- PTX wrappers ----------------------------------------------------------------------------
@@ -53,6 +64,21 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
 
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// An arrival on the barrier at bar's offset in CTA `cta` of this cluster (which may be this CTA).
+// Default semantics (release at CTA scope), as CUTLASS's ClusterBarrier: the other CTA only
+// overwrites B, whose WGMMA reads are complete once wgmma.wait_group returns. (`.release.cluster`
+// put a cluster-wide fence before every arrival: made by the consumers, it halved the speed.)
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
 }
 
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
@@ -87,6 +113,28 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int 
           smem_addr(dst)),
       "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
       : "memory");
+}
+
+// tma_load into the same offset of every CTA of the cluster in cta_mask, counted by the barrier at
+// bar's offset in each of them.
+__device__ __forceinline__ void tma_load_multicast(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar,
+                                                   uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster that has not exited meets here (a CTA's barriers and shared memory
+// stay valid for the other CTA until both have).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 __device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int x, int y) {
@@ -166,11 +214,13 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 
 // ---- the kernel ------------------------------------------------------------------------------
 
-// Tile t of the persistent walk: groups of kGroupM row blocks, column blocks inside a group.
+// Tile t of the persistent walk: groups of kGroup row blocks (or, in the cluster kernel, pairs of
+// them), column blocks inside a group.
+template <int kGroup>
 __device__ __forceinline__ void tile_of(int t, int m_blocks, int n_blocks, int &mb, int &nb) {
-  const int per_group = kGroupM * n_blocks;
-  const int first = (t / per_group) * kGroupM;
-  const int size = min(m_blocks - first, kGroupM);
+  const int per_group = kGroup * n_blocks;
+  const int first = (t / per_group) * kGroup;
+  const int size = min(m_blocks - first, kGroup);
   const int r = t % per_group;
   mb = first + r % size;
   nb = r / size;
@@ -202,14 +252,15 @@ __device__ __forceinline__ void store_pair(uint8_t *p, float x, float y) {
   }
 }
 
-template <class Out, bool kAE5, bool kBE5>
+// kCluster: launched in clusters of kClusterCtas, each walking pairs of row blocks with B shared.
+template <class Out, bool kAE5, bool kBE5, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     block_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_d, const float *__restrict__ a_scale_inv,
                       const float *__restrict__ b_scale_inv, const void *__restrict__ bias, int bias_kind, int m, int n,
                       int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Smem<Out>;
+  using S = Smem<Out, kCluster>;
   constexpr int kStages = S::kStages;
   constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   extern __shared__ uint8_t smem_raw[];
@@ -220,34 +271,84 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int m_blocks = (m + kBlockM - 1) / kBlockM, n_blocks = (n + kBlockN - 1) / kBlockN;
   const int k_blocks = (k + kBlockK - 1) / kBlockK;
-  const int tiles = m_blocks * n_blocks;
   const int warpgroup = threadIdx.x / 128, lane = threadIdx.x % 32;
+  // The walk: over row blocks, or over pairs of them (this CTA takes row block kCtas p + rank of
+  // pair p; past the last row block it still loads its half of B and keeps the barriers, but
+  // stores nothing). Both CTAs of a cluster walk the same tiles, so they meet every stage.
+  constexpr int kCtas = kCluster ? kClusterCtas : 1;
+  const int rank = kCluster ? int(cluster_rank()) : 0;
+  const int tiles = (m_blocks + kCtas - 1) / kCtas * n_blocks;
+  const int first_tile = blockIdx.x / kCtas, tile_step = gridDim.x / kCtas;
+  auto tile_at = [&](int t, int &mb, int &nb) {
+    tile_of<kGroupM / kCtas>(t, (m_blocks + kCtas - 1) / kCtas, n_blocks, mb, nb);
+    mb = mb * kCtas + rank;
+  };
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.full[i], 1 + 32);              // the TMA thread's expect_tx + the scale warp's 32 lanes
-      mbar_init(&s.empty[i], kMathThreads / 32);  // one arrival per consumer warp
+      if constexpr (kCluster) {
+        mbar_init(&s.consumed[i], kMathThreads / 32);  // one arrival per consumer warp
+        mbar_init(&s.empty[i], kClusterCtas);          // one per CTA, forwarded from `consumed`
+      } else {
+        mbar_init(&s.empty[i], kMathThreads / 32);  // one arrival per consumer warp
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  // The other CTA multicasts into this one's stages and arrives on its barriers: not before they exist.
+  if constexpr (kCluster)
+    cluster_sync();
+  else
+    __syncthreads();
 
-  if (warpgroup == 2) {  // ---- producer: warp 0 issues TMA, warp 1 copies the scales
+  if (warpgroup == 2) {  // ---- producer: warp 0 issues TMA, warp 1 copies the scales (warp 2: below)
     regs_dec<40>();
     const int warp = (threadIdx.x / 32) % 4;
-    if (warp > 1) return;
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    if constexpr (kCluster) {
+      // Warp 2 forwards each stage's release by this CTA's consumers to the empty barriers of
+      // both CTAs, so that the consumers' path stays that of the per-CTA kernel (a local
+      // arrival). Measured against the consumers arriving remotely themselves: the same speed
+      // within the noise.
+      if (warp == 2) {
+        for (int t = first_tile; t < tiles; t += tile_step)
+          for (int kb = 0; kb < k_blocks; ++kb) {
+            mbar_wait(&s.consumed[stage], phase);
+            if (lane < kClusterCtas) mbar_arrive_cluster(&s.empty[stage], lane);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+      }
+      if (warp > 1) {
+        cluster_sync();
+        return;
+      }
+    } else {
+      if (warp > 1) return;
+    }
+    for (int t = first_tile; t < tiles; t += tile_step) {
       int mb, nb;
-      tile_of(t, m_blocks, n_blocks, mb, nb);
+      tile_at(t, mb, nb);
+      // Cluster: the halves of B that hold rows (the second may lie past n), and this CTA's A
+      // tile unless its row block is past m; both CTAs count the same B bytes.
+      const bool a_rows = !kCluster || mb < m_blocks;
+      const bool b_upper_rows = !kCluster || nb * kBlockN + kBHalfRows < n;
+      const uint32_t stage_bytes =
+          kCluster ? (a_rows ? kBlockM * kBlockK : 0) + (b_upper_rows ? 2 : 1) * kBHalfRows * kBlockK : kStageBytes;
       for (int kb = 0; kb < k_blocks; ++kb) {
         mbar_wait(&s.empty[stage], phase ^ 1);
         if (warp == 0) {
           if (lane == 0) {
-            mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
-            tma_load(s.a[stage], &map_a, kb * kBlockK, mb * kBlockM, &s.full[stage]);
-            tma_load(s.b[stage], &map_b, kb * kBlockK, nb * kBlockN, &s.full[stage]);
+            mbar_arrive_expect_tx(&s.full[stage], stage_bytes);
+            if (a_rows) tma_load(s.a[stage], &map_a, kb * kBlockK, mb * kBlockM, &s.full[stage]);
+            if constexpr (kCluster) {
+              if (rank == 0 || b_upper_rows)
+                tma_load_multicast(s.b[stage] + rank * kBHalfRows * kBlockK, &map_b, kb * kBlockK,
+                                   nb * kBlockN + rank * kBHalfRows, &s.full[stage], (1u << kClusterCtas) - 1);
+            } else {
+              tma_load(s.b[stage], &map_b, kb * kBlockK, nb * kBlockN, &s.full[stage]);
+            }
           }
         } else {
           // Asynchronous copies, so that this warp runs ahead like the TMA thread: each lane's
@@ -264,6 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
     }
+    if constexpr (kCluster) cluster_sync();
     return;
   }
 
@@ -310,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto fold = [&](float(&part)[64], const Block &blk) {
     fence_operands(part);
     __syncwarp();
-    if (lane == 0) mbar_arrive(&s.empty[blk.stage]);
+    if (lane == 0) mbar_arrive(kCluster ? &s.consumed[blk.stage] : &s.empty[blk.stage]);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       acc[4 * j + 0] = fmaf(part[4 * j + 0], blk.scale0, acc[4 * j + 0]);
@@ -320,9 +422,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int t = first_tile; t < tiles; t += tile_step) {
     int mb, nb;
-    tile_of(t, m_blocks, n_blocks, mb, nb);
+    tile_at(t, mb, nb);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // Eight blocks per iteration, two in flight, drained at its end (measured 3-8% faster on the
@@ -352,40 +454,46 @@ __global__ void __launch_bounds__(kThreads, 1)
       fold(part0, st0);
     }
     // Epilogue: through the strips and a TMA store, which runs while the next tile's blocks do;
-    // the previous tile's store must have read the strips before they are rewritten.
-    if (wt == 0) tma_store_wait_read();
-    named_barrier(1 + warpgroup, 128);
+    // the previous store must have read the strips before they are rewritten. In passes of
+    // S::kStagedStrips strips (one pass, but for the cluster kernel's two).
+    constexpr int kPasses = S::kStrips / S::kStagedStrips, kPassCols = 16 / kPasses;  // of the 16 column pairs
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int c = 8 * j + col0;
-      float bias0 = 0.0f, bias1 = 0.0f;
-      if (bias_kind != kNoBias) {
-        const int gc = nb * kBlockN + c;  // n is even: gc < n covers gc + 1
-        if (gc < n) bias0 = bias_at(bias, bias_kind, gc), bias1 = bias_at(bias, bias_kind, gc + 1);
-      }
-      const int strip = c / kStripCols, byte = (c % kStripCols) * int(sizeof(Out));
+    for (int pass = 0; pass < kPasses; ++pass) {
+      if (wt == 0) tma_store_wait_read();
+      named_barrier(1 + warpgroup, 128);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row0 + 8 * h;
-        uint8_t *p = d_half + strip * kStripBytes + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-        store_pair<Out>(p, acc[4 * j + 2 * h] + bias0, acc[4 * j + 2 * h + 1] + bias1);
-      }
-    }
-    fence_async_smem();
-    named_barrier(1 + warpgroup, 128);
-    if (wt == 0) {
-      const int y = mb * kBlockM + warpgroup * 64;
-      if (y < m) {
+      for (int j = pass * kPassCols; j < (pass + 1) * kPassCols; ++j) {
+        const int c = 8 * j + col0;
+        float bias0 = 0.0f, bias1 = 0.0f;
+        if (bias_kind != kNoBias) {
+          const int gc = nb * kBlockN + c;  // n is even: gc < n covers gc + 1
+          if (gc < n) bias0 = bias_at(bias, bias_kind, gc), bias1 = bias_at(bias, bias_kind, gc + 1);
+        }
+        const int strip = c / kStripCols - pass * S::kStagedStrips, byte = (c % kStripCols) * int(sizeof(Out));
 #pragma unroll
-        for (int strip = 0; strip < kBlockN / kStripCols; ++strip) {
-          const int x = nb * kBlockN + strip * kStripCols;
-          if (x < n) tma_store(&map_d, d_half + strip * kStripBytes, x, y);
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + 8 * h;
+          uint8_t *p = d_half + strip * kStripBytes + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+          store_pair<Out>(p, acc[4 * j + 2 * h] + bias0, acc[4 * j + 2 * h + 1] + bias1);
         }
       }
-      tma_store_commit();
+      fence_async_smem();
+      named_barrier(1 + warpgroup, 128);
+      if (wt == 0) {
+        const int y = mb * kBlockM + warpgroup * 64;
+        if (y < m) {
+#pragma unroll
+          for (int strip = 0; strip < S::kStagedStrips; ++strip) {
+            const int x = nb * kBlockN + (pass * S::kStagedStrips + strip) * kStripCols;
+            if (x < n) tma_store(&map_d, d_half + strip * kStripBytes, x, y);
+          }
+        }
+        tma_store_commit();
+      }
     }
   }
   if (wt == 0) tma_store_wait_all();
+  if constexpr (kCluster) cluster_sync();  // the other CTA's consumers may still arrive on this one's barriers
 #endif
 }
 
@@ -432,37 +540,83 @@ CUtensorMap tensor_map(const void *base, CUtensorMapDataType type, size_t elem, 
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-template <class Out, bool kAE5, bool kBE5>
+template <class Out, bool kAE5, bool kBE5, bool kCluster>
 void launch(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
   const CUtensorMap map_a = tensor_map(g.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.m, g.k, kBlockK, kBlockM);
-  const CUtensorMap map_b = tensor_map(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.n, g.k, kBlockK, kBlockN);
+  const CUtensorMap map_b =
+      tensor_map(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.n, g.k, kBlockK, kCluster ? kBHalfRows : kBlockN);
   constexpr CUtensorMapDataType d_type = sizeof(Out) == 4              ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                          : std::is_same_v<Out, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                        : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const CUtensorMap map_d = tensor_map(g.d, d_type, sizeof(Out), g.m, g.n, 128 / int(sizeof(Out)), 64);
   int bias_kind = kNoBias;
   if (g.bias) bias_kind = g.bias_dtype == DType::BF16 ? kBiasBF16 : g.bias_dtype == DType::F16 ? kBiasF16 : kBiasF32;
-  const int64_t tiles = ((g.m + kBlockM - 1) / kBlockM) * ((g.n + kBlockN - 1) / kBlockN);
-  const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
-  auto *kernel = block_gemm_kernel<Out, kAE5, kBE5>;
+  auto *kernel = block_gemm_kernel<Out, kAE5, kBE5, kCluster>;
+  constexpr size_t smem = smem_bytes<Out, kCluster>();
+  static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   static bool allowed = false;  // the opt-in above 48 KiB, once per kernel (one device: a benchmark)
   if (!allowed)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<Out>())),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "cudaFuncSetAttribute"),
         allowed = true;
-  kernel<<<grid, kThreads, smem_bytes<Out>(), stream>>>(map_a, map_b, map_d, g.a_scale_inv, g.b_scale_inv, g.bias,
-                                                        bias_kind, static_cast<int>(g.m), static_cast<int>(g.n),
-                                                        static_cast<int>(g.k));
-  check(cudaGetLastError(), "block_gemm_kernel launch");
+  const int64_t m_blocks = (g.m + kBlockM - 1) / kBlockM, n_blocks = (g.n + kBlockN - 1) / kBlockN;
+  if constexpr (!kCluster) {
+    const int64_t tiles = m_blocks * n_blocks;
+    const int grid = static_cast<int>(tiles < sm_count ? tiles : sm_count);
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, g.a_scale_inv, g.b_scale_inv, g.bias, bias_kind,
+                                             static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k));
+    check(cudaGetLastError(), "block_gemm_kernel launch");
+  } else {
+    cudaLaunchAttribute cluster_dim{};
+    cluster_dim.id = cudaLaunchAttributeClusterDimension;
+    cluster_dim.val.clusterDim.x = kClusterCtas;
+    cluster_dim.val.clusterDim.y = 1;
+    cluster_dim.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kClusterCtas);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &cluster_dim;
+    config.numAttrs = 1;
+    // Not every SM may belong to a pair the GPU can co-schedule (GPCs of odd SM counts): ask.
+    static int max_clusters = 0;  // once per kernel, like the opt-in
+    if (!max_clusters)
+      check(cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
+    const int64_t pair_tiles = (m_blocks + kClusterCtas - 1) / kClusterCtas * n_blocks;
+    int64_t clusters = sm_count / kClusterCtas;
+    if (clusters > max_clusters) clusters = max_clusters;
+    if (clusters > pair_tiles) clusters = pair_tiles;
+    if (clusters < 1) throw std::runtime_error("block_gemm: no 2-CTA cluster fits on this device");
+    config.gridDim = dim3(static_cast<unsigned>(clusters * kClusterCtas));
+    check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, g.a_scale_inv, g.b_scale_inv, g.bias, bias_kind,
+                             static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k)),
+          "block_gemm_kernel (cluster) launch");
+  }
 }
 
-template <class Out>
+template <class Out, bool kCluster>
 void launch_formats(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
   const bool a5 = g.a_dtype == DType::E5M2, b5 = g.b_dtype == DType::E5M2;
-  if (!a5 && !b5) launch<Out, false, false>(g, sm_count, stream);
-  if (!a5 && b5) launch<Out, false, true>(g, sm_count, stream);
-  if (a5 && !b5) launch<Out, true, false>(g, sm_count, stream);
-  if (a5 && b5) launch<Out, true, true>(g, sm_count, stream);
+  if (!a5 && !b5) launch<Out, false, false, kCluster>(g, sm_count, stream);
+  if (!a5 && b5) launch<Out, false, true, kCluster>(g, sm_count, stream);
+  if (a5 && !b5) launch<Out, true, false, kCluster>(g, sm_count, stream);
+  if (a5 && b5) launch<Out, true, true, kCluster>(g, sm_count, stream);
+}
+
+template <bool kCluster>
+void launch_outputs(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
+  switch (g.d_dtype) {
+    case DType::BF16:
+      launch_formats<__nv_bfloat16, kCluster>(g, sm_count, stream);
+      break;
+    case DType::F16:
+      launch_formats<__half, kCluster>(g, sm_count, stream);
+      break;
+    default:
+      launch_formats<float, kCluster>(g, sm_count, stream);
+      break;
+  }
 }
 
 }  // namespace
@@ -487,17 +641,10 @@ const char *block_gemm_unsupported(const BlockGemmArgs &g, int major, int minor)
 }
 
 void block_gemm(const BlockGemmArgs &g, int sm_count, cudaStream_t stream) {
-  switch (g.d_dtype) {
-    case DType::BF16:
-      launch_formats<__nv_bfloat16>(g, sm_count, stream);
-      break;
-    case DType::F16:
-      launch_formats<__half>(g, sm_count, stream);
-      break;
-    default:
-      launch_formats<float>(g, sm_count, stream);
-      break;
-  }
+  if (g.cluster)
+    launch_outputs<true>(g, sm_count, stream);
+  else
+    launch_outputs<false>(g, sm_count, stream);
 }
 
 }  // namespace block_gemm_sm90

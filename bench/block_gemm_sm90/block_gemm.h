@@ -16,6 +16,15 @@
 // k into one of two partial accumulators in turn, and fold the finished one into the result with
 // its block's scales (a[row] * b) while the tensor cores run the next. The tile leaves through a
 // swizzled shared-memory strip and a TMA store that overlaps the next tile's blocks.
+//
+// The cluster variant (BlockGemmArgs::cluster): the same CTAs in clusters of two, which walk pairs
+// of row blocks (2 p, 2 p + 1) of one column block. Each CTA loads its own A tile and one half (64
+// rows) of the shared B tile, multicast to both, so B crosses from L2 once per pair; a stage is
+// refilled only when the consumers of both CTAs have freed it (a spare producer warp in each CTA
+// forwards its consumers' release to both CTAs' barriers). Six stages (five with fp32 output),
+// the output tile staged in two halves to make room. On the H200 it runs at only 0.80-0.88x the
+// per-CTA kernel's speed: its consumers wait longer for full stages while its producers find the
+// ring full, so stages take longer to land (not understood yet).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +45,7 @@ struct BlockGemmArgs {
   const void *bias = nullptr;          // [n] or null
   DType bias_dtype = DType::BF16;      // BF16, F16 or F32
   int64_t m = 0, n = 0, k = 0;
+  bool cluster = false;  // the 2-CTA cluster kernel (B multicast to a pair of row blocks)
 };
 
 // Null when block_gemm can run `g` on a device of compute capability major.minor; otherwise why
@@ -44,7 +54,8 @@ struct BlockGemmArgs {
 // a pointer not 16-byte aligned.
 const char *block_gemm_unsupported(const BlockGemmArgs &g, int major, int minor);
 
-// Runs `g` (which block_gemm_unsupported accepted) on `stream` with at most sm_count CTAs.
+// Runs `g` (which block_gemm_unsupported accepted) on `stream` with at most sm_count CTAs (the
+// cluster kernel: an even number, as many as the device can co-schedule in pairs).
 // Throws std::runtime_error when a CUDA call fails.
 void block_gemm(const BlockGemmArgs &g, int sm_count, cudaStream_t stream);
 

@@ -1,16 +1,19 @@
 // te_bench_block_gemm_sm90: the sm_90a block-scaled GEMM of block_gemm.h, checked against an fp64
 // reference on the GPU and timed beside cuBLASLt's block-scaled kernel in the same process.
 //
-// Run: te_bench_block_gemm_sm90 [check | bench | grid]   (no argument: check, then bench)
-//   check: M x N x K cases (all four FP8 pairs, BF16 / F16 / F32 output, bias, ragged edges),
+// Run: te_bench_block_gemm_sm90 [check | bench | grid | profile]   (no argument: check, then bench)
+// Two kernels: the per-CTA one and the 2-CTA cluster one (B multicast to a pair of row blocks).
+//   check: M x N x K cases (all four FP8 pairs, BF16 / F16 / F32 output, bias, ragged edges, odd
+//          numbers of row blocks: the cluster's idle half), both kernels, each checked on
 //          every output (or a 20000-200000 sample of a large one) against fp64 sums of the decoded
 //          codes times their scales. Tolerance: the output's rounding (2^-8 BF16, 2^-11 F16,
 //          1e-6 F32) of |ref| plus 2^-11 of sum |terms| (Hopper's FP8 tensor cores add with
 //          fewer bits than fp32 inside a 128-deep block). Exit status 1 on any failure.
-//   bench: five shapes, 3 x (median of 10 CUDA-event timings) each, libte beside cuBLASLt
-//          (heuristic #0, fp32 accumulation, BF16 output), random codes in [-4, 4] and scales
-//          in [0.5, 1.5) (never zeros).
+//   bench: five shapes, 3 x (median of 10 CUDA-event timings) each of cuBLASLt (heuristic #0,
+//          fp32 accumulation, BF16 output) and the two kernels, alternating, random codes in
+//          [-4, 4] and scales in [0.5, 1.5) (never zeros).
 //   grid:  16384 x 14336 x 4096 with 132, 100, 66, 33 CTAs: the per-SM rate apart from L2 load.
+//   profile: one launch each of cuBLASLt and the two kernels on 16384 x 14336 x 4096 (for ncu).
 // On a device other than sm_90 it prints SKIPPED and exits 0.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -190,15 +193,38 @@ const char *name(DType t) {
   }
 }
 
+// Compares the sampled outputs `index` of `out` (one kernel's) with their fp64 references and
+// sums |terms|; prints one line.
+bool compare(const Case &c, const char *kernel, const std::vector<uint8_t> &out, const std::vector<int64_t> &index,
+             const std::vector<double> &ref, const std::vector<double> &mag) {
+  const int count = int(index.size());
+  const double rounding = c.d == DType::BF16 ? 1.0 / 256 : c.d == DType::F16 ? 1.0 / 2048 : 1e-6;
+  double worst = 0, worst_rel = 0;
+  int64_t worst_at = 0;
+  int bad = 0;
+  for (int s = 0; s < count; ++s) {
+    const double err = fabs(double(output_at(out, c.d, index[s])) - ref[s]);  // NaN if never written
+    const double tol = rounding * fabs(ref[s]) + std::ldexp(1.0, -11) * mag[s] + 1e-30;
+    if (!(err <= tol)) ++bad;
+    if (!(err / tol <= worst)) worst = err / tol, worst_at = index[s];
+    worst_rel = std::max(worst_rel, err / (mag[s] + 1e-30));
+  }
+  printf(
+      "check %-7s m=%lld n=%lld k=%lld a=%s b=%s d=%s bias=%d, %d outputs: worst err/tol %.3f at (%lld, %lld), "
+      "max err / sum|terms| %.2e, %d over tolerance: %s\n",
+      kernel, (long long)c.m, (long long)c.n, (long long)c.k, name(c.a), name(c.b), name(c.d), int(c.bias), count,
+      worst, (long long)(worst_at / c.n), (long long)(worst_at % c.n), worst_rel, bad, bad ? "FAIL" : "ok");
+  return bad == 0;
+}
+
+// Checks both kernels, the per-CTA one and the cluster one, on the same operands.
 bool check(const Case &c, int max_samples) {
   Operands op(c);
-  const BlockGemmArgs g = op.args(c);
+  BlockGemmArgs g = op.args(c);
   if (const char *why = block_gemm_unsupported(g, 9, 0)) {
     printf("check m=%lld n=%lld k=%lld: unsupported (%s) FAIL\n", (long long)c.m, (long long)c.n, (long long)c.k, why);
     return false;
   }
-  block_gemm(g, g_sms, 0);
-  CK(cudaDeviceSynchronize());
 
   // Every output, or a spread-out sample of a large one.
   const int64_t total = c.m * c.n;
@@ -216,29 +242,21 @@ bool check(const Case &c, int max_samples) {
                                           op.bias, c.n, c.k, d_index, count, d_ref, d_mag);
   CK(cudaGetLastError());
   std::vector<double> ref(count), mag(count);
-  std::vector<uint8_t> out(op.d_bytes);
   CK(cudaMemcpy(ref.data(), d_ref, count * sizeof(double), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(mag.data(), d_mag, count * sizeof(double), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(out.data(), op.d, op.d_bytes, cudaMemcpyDeviceToHost));
   for (void *p : {(void *)d_index, (void *)d_ref, (void *)d_mag}) CK(cudaFree(p));
 
-  const double rounding = c.d == DType::BF16 ? 1.0 / 256 : c.d == DType::F16 ? 1.0 / 2048 : 1e-6;
-  double worst = 0, worst_rel = 0;
-  int64_t worst_at = 0;
-  int bad = 0;
-  for (int s = 0; s < count; ++s) {
-    const double err = fabs(double(output_at(out, c.d, index[s])) - ref[s]);  // NaN if never written
-    const double tol = rounding * fabs(ref[s]) + std::ldexp(1.0, -11) * mag[s] + 1e-30;
-    if (!(err <= tol)) ++bad;
-    if (!(err / tol <= worst)) worst = err / tol, worst_at = index[s];
-    worst_rel = std::max(worst_rel, err / (mag[s] + 1e-30));
+  bool ok = true;
+  std::vector<uint8_t> out(op.d_bytes);
+  for (const bool cluster : {false, true}) {
+    g.cluster = cluster;
+    CK(cudaMemset(op.d, 0xFF, op.d_bytes));  // NaN until written, again for the second kernel
+    block_gemm(g, g_sms, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(out.data(), op.d, op.d_bytes, cudaMemcpyDeviceToHost));
+    ok &= compare(c, cluster ? "cluster" : "per-CTA", out, index, ref, mag);
   }
-  printf(
-      "check m=%lld n=%lld k=%lld a=%s b=%s d=%s bias=%d, %d outputs: worst err/tol %.3f at (%lld, %lld), "
-      "max err / sum|terms| %.2e, %d over tolerance: %s\n",
-      (long long)c.m, (long long)c.n, (long long)c.k, name(c.a), name(c.b), name(c.d), int(c.bias), count, worst,
-      (long long)(worst_at / c.n), (long long)(worst_at % c.n), worst_rel, bad, bad ? "FAIL" : "ok");
-  return bad == 0;
+  return ok;
 }
 
 // ---- bench -----------------------------------------------------------------------------------
@@ -320,33 +338,53 @@ double time_ms(Run run) {
 void bench(int64_t m, int64_t n, int64_t k) {
   const Case c{m, n, k};
   Operands op(c);
-  const BlockGemmArgs g = op.args(c);
-  if (const char *why = block_gemm_unsupported(g, 9, 0)) {
+  BlockGemmArgs per_cta = op.args(c);
+  if (const char *why = block_gemm_unsupported(per_cta, 9, 0)) {
     printf("bench m=%lld n=%lld k=%lld: unsupported (%s)\n", (long long)m, (long long)n, (long long)k, why);
     return;
   }
+  BlockGemmArgs cluster = per_cta;
+  cluster.cluster = true;
   LtPeer peer(c, op);
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  double ours[3], theirs[3];
-  for (int rep = 0; rep < 3; ++rep) {  // alternating, so that clock drift hits both
-    ours[rep] = time_ms([&] { block_gemm(g, g_sms, 0); });
-    theirs[rep] = peer.found ? time_ms([&] { peer.run(); }) : 0.0;
+  double lt[3], ours[3], ours_cluster[3];
+  for (int rep = 0; rep < 3; ++rep) {  // alternating, so that clock drift hits all three
+    lt[rep] = peer.found ? time_ms([&] { peer.run(); }) : 0.0;
+    ours[rep] = time_ms([&] { block_gemm(per_cta, g_sms, 0); });
+    ours_cluster[rep] = time_ms([&] { block_gemm(cluster, g_sms, 0); });
   }
   CK(cudaGetLastError());
+  const auto tflops = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
   for (int rep = 0; rep < 3; ++rep)
     printf(
-        "bench m=%lld n=%lld k=%lld: libte sm90 %.4f ms %.0f TFLOP/s | cuBLASLt %.4f ms %.0f TFLOP/s | ratio "
-        "(time) %.3f\n",
-        (long long)m, (long long)n, (long long)k, ours[rep], flops / ours[rep] / 1e9, theirs[rep],
-        peer.found ? flops / theirs[rep] / 1e9 : 0.0, peer.found ? ours[rep] / theirs[rep] : 0.0);
+        "bench m=%lld n=%lld k=%lld: cuBLASLt %.4f ms %.0f TFLOP/s | per-CTA %.4f ms %.0f TFLOP/s (%.3fx) | "
+        "cluster %.4f ms %.0f TFLOP/s (%.3fx) | speed vs cuBLASLt in (), cluster / per-CTA %.3fx\n",
+        (long long)m, (long long)n, (long long)k, lt[rep], tflops(lt[rep]), ours[rep], tflops(ours[rep]),
+        lt[rep] / ours[rep], ours_cluster[rep], tflops(ours_cluster[rep]), lt[rep] / ours_cluster[rep],
+        ours[rep] / ours_cluster[rep]);
+}
+
+// One launch of each, for a profiler.
+void profile(int64_t m, int64_t n, int64_t k) {
+  const Case c{m, n, k};
+  Operands op(c);
+  BlockGemmArgs g = op.args(c);
+  LtPeer peer(c, op);
+  if (peer.found) peer.run();
+  block_gemm(g, g_sms, 0);
+  g.cluster = true;
+  block_gemm(g, g_sms, 0);
+  CK(cudaDeviceSynchronize());
+  printf("profile m=%lld n=%lld k=%lld: launched\n", (long long)m, (long long)n, (long long)k);
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
-  if (argc > 2 || (*mode && strcmp(mode, "check") && strcmp(mode, "bench") && strcmp(mode, "grid"))) {
-    fprintf(stderr, "usage: %s [check | bench | grid]\n", argv[0]);
+  if (argc > 2 ||
+      (*mode && strcmp(mode, "check") && strcmp(mode, "bench") && strcmp(mode, "grid") && strcmp(mode, "profile"))) {
+    fprintf(stderr, "usage: %s [check | bench | grid | profile]\n", argv[0]);
     return 2;
   }
   int major = 0, minor = 0;
@@ -366,6 +404,10 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+  if (!strcmp(mode, "profile")) {
+    profile(16384, 14336, 4096);
+    return 0;
+  }
   bool ok = true;
   if (strcmp(mode, "bench")) {
     const int kSamples = 200000;
@@ -380,6 +422,13 @@ int main(int argc, char **argv) {
     ok &= check({64, 100000, 256, D::E4M3, D::E4M3, D::F32}, kSamples);
     ok &= check({16384, 14336, 4096}, 20000);
     ok &= check({16384, 4096, 14336, D::E5M2, D::E4M3, D::BF16}, 20000);
+    // Odd numbers of row blocks (the cluster's last pair half idle), exact and ragged, with the
+    // last column block's second half of B past n (392, 2056) or partly in (200); the last two
+    // walk more pairs than there are clusters, the last with a short group of pairs.
+    ok &= check({1152, 200, 640, D::E4M3, D::E4M3, D::BF16, true}, kSamples);
+    ok &= check({640, 392, 1024, D::E4M3, D::E5M2, D::F32}, kSamples);
+    ok &= check({16200, 2056, 512, D::E4M3, D::E4M3, D::BF16, true}, kSamples);
+    ok &= check({14900, 1536, 1024, D::E5M2, D::E4M3, D::F16}, kSamples);
     printf("correctness %s\n", ok ? "PASS" : "FAIL");
   }
   if (strcmp(mode, "check")) {
