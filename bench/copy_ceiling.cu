@@ -40,16 +40,21 @@ struct P {
   int64_t rows, cols, tiles_c, tiles;
 };
 
-__device__ __forceinline__ void cast_tile_row(const P &p, uint8_t *smem, const TileCoords &tc, float s, uint32_t &m,
-                                              int i, const float (&f)[kUnit]) {
+// One row's 16 elements: m takes their amax, w their E4M3 codes of f * s.
+__device__ __forceinline__ void encode_row(const float (&f)[kUnit], float s, uint32_t &m, uint32_t (&w)[4]) {
   m = max(m, row_abs_max(f));
   float v[kUnit];
 #pragma unroll
   for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
-  const int64_t r = tc.r0 + kRowsPerThread * tc.g + i, c = tc.c0 + kUnit * tc.u;
-  uint32_t w[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) w[q] = encode4<kFmtE4M3>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+__device__ __forceinline__ void cast_tile_row(const P &p, uint8_t *smem, const TileCoords &tc, float s, uint32_t &m,
+                                              int i, const float (&f)[kUnit]) {
+  const int64_t r = tc.r0 + kRowsPerThread * tc.g + i, c = tc.c0 + kUnit * tc.u;
+  uint32_t w[4];
+  encode_row(f, s, m, w);
   *reinterpret_cast<uint4 *>(p.out + r * p.cols + c) = make_uint4(w[0], w[1], w[2], w[3]);
   stash_row_codes(smem, tc, i, w);
 }
@@ -87,14 +92,9 @@ __global__ void __launch_bounds__(256, 3) v0_parts(const __grid_constant__ P p) 
   const float s = *p.scale;
   uint32_t m = 0;
   for_tile_rows<DType::BF16>(p.x, p.rows, p.cols, tc, true, [&](int i, const float (&f)[kUnit]) {
-    m = max(m, row_abs_max(f));
-    float v[kUnit];
-#pragma unroll
-    for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
     const int64_t r = tc.r0 + kRowsPerThread * tc.g + i, c = tc.c0 + kUnit * tc.u;
     uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) w[q] = encode4<kFmtE4M3>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    encode_row(f, s, m, w);
     if (kParts & 1) *reinterpret_cast<uint4 *>(p.out + r * p.cols + c) = make_uint4(w[0], w[1], w[2], w[3]);
     if (kParts & 2) stash_row_codes(smem_t, tc, i, w);
     if (kParts == 0 && (w[0] ^ w[1] ^ w[2] ^ w[3]) == 0x12345678u) m = 7;
@@ -234,13 +234,8 @@ __global__ void __launch_bounds__(256, 3) v3(const __grid_constant__ P p) {
     float f[kUnit];
     unpack16<DType::BF16>(raw[i][0], f);
     unpack16<DType::BF16>(raw[i][1], f + 8);
-    m = max(m, row_abs_max(f));
-    float v[kUnit];
-#pragma unroll
-    for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
     uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) w[q] = encode4<kFmtE4M3>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    encode_row(f, s, m, w);
     st_stream(p.out + (r0 + i) * p.cols + c0, make_uint4(w[0], w[1], w[2], w[3]));
     stash_row_codes(smem_t, tc, i, w);
   }
@@ -248,19 +243,7 @@ __global__ void __launch_bounds__(256, 3) v3(const __grid_constant__ P p) {
   // write_transposed with streaming stores.
   const int pp = threadIdx.x & 7, k = threadIdx.x >> 3;
   uint32_t v[4][4];
-#pragma unroll
-  for (int mm = 0; mm < 4; ++mm) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = *reinterpret_cast<const uint32_t *>(smem_t + smem_t_offset(16 * pp + 4 * mm + i, 4 * k));
-    const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-    const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-    v[0][mm] = __byte_perm(t0, t2, 0x5410);
-    v[1][mm] = __byte_perm(t0, t2, 0x7632);
-    v[2][mm] = __byte_perm(t1, t3, 0x5410);
-    v[3][mm] = __byte_perm(t1, t3, 0x7632);
-  }
+  transposed_codes(smem_t, v);
   const int64_t r = tc.r0 + 16 * pp;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -384,13 +367,8 @@ __global__ void __launch_bounds__(256, 3) v4(const __grid_constant__ P p) {
     float f[kUnit];
     unpack16<DType::BF16>(sw ? b : a, f);
     unpack16<DType::BF16>(sw ? a : b, f + 8);
-    m = max(m, row_abs_max(f));
-    float v[kUnit];
-#pragma unroll
-    for (int j = 0; j < kUnit; ++j) v[j] = __fmul_rn(f[j], s);
     uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) w[q] = encode4<kFmtE4M3>(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    encode_row(f, s, m, w);
     *reinterpret_cast<uint4 *>(so + rl * 128 + 16 * tc.u) = make_uint4(w[0], w[1], w[2], w[3]);
     stash_row_codes(smem_t, tc, i, w);
   }
@@ -398,19 +376,7 @@ __global__ void __launch_bounds__(256, 3) v4(const __grid_constant__ P p) {
   {
     const int pp = threadIdx.x & 7, k = threadIdx.x >> 3;
     uint32_t v[4][4];
-#pragma unroll
-    for (int mm = 0; mm < 4; ++mm) {
-      uint32_t w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        w[i] = *reinterpret_cast<const uint32_t *>(smem_t + smem_t_offset(16 * pp + 4 * mm + i, 4 * k));
-      const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-      const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-      v[0][mm] = __byte_perm(t0, t2, 0x5410);
-      v[1][mm] = __byte_perm(t0, t2, 0x7632);
-      v[2][mm] = __byte_perm(t1, t3, 0x5410);
-      v[3][mm] = __byte_perm(t1, t3, 0x7632);
-    }
+    transposed_codes(smem_t, v);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       *reinterpret_cast<uint4 *>(sot + (4 * k + j) * 128 + 16 * pp) = make_uint4(v[j][0], v[j][1], v[j][2], v[j][3]);

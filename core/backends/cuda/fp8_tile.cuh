@@ -149,13 +149,12 @@ __device__ __forceinline__ void stash_row_codes(uint8_t *smem_t, const TileCoord
       make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Writes the tile of codes in smem_t transposed to out_t ([cols, rows]); call after a barrier
-// that follows every thread's stash_row_codes. Thread t takes tile rows 16p .. 16p+15 (p = t % 8)
-// of tile columns 4k .. 4k+3 (k = t / 8).
-__device__ __forceinline__ void write_transposed(const uint8_t *smem_t, uint8_t *out_t, int64_t rows, int64_t cols,
-                                                 const TileCoords &tc, bool full) {
+// The calling thread's part of the tile of codes in smem_t, transposed: tile rows 16p .. 16p+15
+// (p = t % 8) of tile columns 4k .. 4k+3 (k = t / 8), as v[j][m] = column 4k+j, rows 16p+4m .. +3
+// (one 16-byte vector of out_t per column). Call after a barrier that follows every thread's
+// stash_row_codes.
+__device__ __forceinline__ void transposed_codes(const uint8_t *smem_t, uint32_t (&v)[4][4]) {
   const int p = threadIdx.x & 7, k = threadIdx.x >> 3;
-  uint32_t v[4][4];  // v[j][m]: column 4k+j, rows 16p+4m .. +3
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     uint32_t w[4];
@@ -170,6 +169,14 @@ __device__ __forceinline__ void write_transposed(const uint8_t *smem_t, uint8_t 
     v[2][m] = __byte_perm(t1, t3, 0x5410);
     v[3][m] = __byte_perm(t1, t3, 0x7632);
   }
+}
+
+// Writes the tile of codes in smem_t transposed to out_t ([cols, rows]) (transposed_codes' rule).
+__device__ __forceinline__ void write_transposed(const uint8_t *smem_t, uint8_t *out_t, int64_t rows, int64_t cols,
+                                                 const TileCoords &tc, bool full) {
+  const int p = threadIdx.x & 7, k = threadIdx.x >> 3;
+  uint32_t v[4][4];
+  transposed_codes(smem_t, v);
   const int64_t r = tc.r0 + 16 * p;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
