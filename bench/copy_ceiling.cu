@@ -441,20 +441,17 @@ int main(int argc, char **argv) {
     P p{x, scale, amax, out[0], out_t[0], rows, cols, cols / kTile, (rows / kTile) * (cols / kTile)};
     struct Variant {
       const char *name;
-      void (*run)(const P &, int);
+      void (*run)(const P &, int sms);
       double bytes_per_element = 4;  // read + written (diagnostics move fewer)
     };
-    static int g_sms;
-    g_sms = sms;
     const Variant variants[] = {
         {"cast tile/block", [](const P &q, int) { v0<3, 0><<<unsigned(q.tiles), 256>>>(q); }},
-        {"cast tile/block, 2/SM bound", [](const P &q, int) { v0<2, 0><<<unsigned(q.tiles), 256>>>(q); }},
-        {"cast tile/block, 4/SM bound", [](const P &q, int) { v0<4, 0><<<unsigned(q.tiles), 256>>>(q); }},
+        {"cast tile/block, bound for 4/SM", [](const P &q, int) { v0<4, 0><<<unsigned(q.tiles), 256>>>(q); }},
         {"cast group 4", [](const P &q, int) { v0<3, 4><<<unsigned(q.tiles), 256>>>(q); }},
         {"cast group 16", [](const P &q, int) { v0<3, 16><<<unsigned(q.tiles), 256>>>(q); }},
         {"cast group 64", [](const P &q, int) { v0<3, 64><<<unsigned(q.tiles), 256>>>(q); }},
-        {"cast persistent, regs", [](const P &q, int) { v1<2><<<unsigned(std::min<int64_t>(q.tiles, 2 * g_sms)), 256>>>(q); }},
-        {"cast cp.async 4, 1/SM", [](const P &q, int) { v2<4, 1, 2><<<unsigned(std::min<int64_t>(q.tiles, 1 * g_sms)), 256, 4 * 32768 + 32768>>>(q); }},
+        {"cast persistent, regs", [](const P &q, int sms) { v1<2><<<unsigned(std::min<int64_t>(q.tiles, 2 * sms)), 256>>>(q); }},
+        {"cast cp.async 4, 1/SM", [](const P &q, int sms) { v2<4, 1, 2><<<unsigned(std::min<int64_t>(q.tiles, sms)), 256, 4 * 32768 + 32768>>>(q); }},
         {"cast bulk in/out", [](const P &q, int) { v4<<<unsigned(q.tiles), 256, 65536>>>(q); }},
         {"cast hints", [](const P &q, int) { v3<<<unsigned(q.tiles), 256>>>(q); }},
     };
@@ -553,7 +550,7 @@ int main(int argc, char **argv) {
       printf("  %-28s %.3f of copy\n", "bulk copy 4 x 32K, 1/SM", t_copy / time([&] { copy_tma<4, 32768><<<unsigned(sms), 32, 4 * 32768>>>(s8, d8, n * 2); }));
       printf("  %-28s %.3f of copy\n", "bulk copy 6 x 32K, 1/SM", t_copy / time([&] { copy_tma<6, 32768><<<unsigned(sms), 32, 6 * 32768>>>(s8, d8, n * 2); }));
       printf("  %-28s %.3f of copy\n", "bulk copy 8 x 16K, 1/SM", t_copy / time([&] { copy_tma<8, 16384><<<unsigned(sms), 32, 8 * 16384>>>(s8, d8, n * 2); }));
-      printf("  %-28s %.3f of copy\n", "bulk copy 4 x 32K, 2/SM", t_copy / time([&] { copy_tma<4, 32768><<<unsigned(2 * sms), 32, 4 * 32768>>>(s8, d8, n * 2); }));
+      printf("  %-28s %.3f of copy\n", "bulk copy 4 x 32K, grid 2xSMs", t_copy / time([&] { copy_tma<4, 32768><<<unsigned(2 * sms), 32, 4 * 32768>>>(s8, d8, n * 2); }));
       CK(cudaGetLastError());
       for (const Variant &v : variants) {
         const float t = time([&] { v.run(p, sms); });
