@@ -57,17 +57,19 @@ struct CastTransposeParams {
 // free, the compiler took 107 registers for the BF16 cast (two blocks per SM), and the H200
 // reached 0.85x of a device copy; at three blocks (71 registers then, no spill; 56-64 since a
 // tile's codes for out_t go to shared memory row by row) it reaches 0.91x, and four gain nothing
-// more (measured again at 56-64 registers). A bias gradient (16 column sums) or an activation's
-// math need more registers: two blocks.
-template <bool Dbias, bool Act>
-constexpr int kCastMinBlocks = Dbias || Act ? 2 : 3;
+// more (measured again at 56-64 registers). A bias gradient's 16 column sums take registers too,
+// but three blocks pay off there as well: at two (126-128 registers, no spill) the BF16 dy cast
+// of 16384 x 4096 took 95-96 us on an H200; at three (80 registers, 16-112 bytes of spills) it
+// takes 76 us (ncu, same run). An activation's math needs more: two blocks.
+template <bool Act>
+constexpr int kCastMinBlocks = Act ? 2 : 3;
 
 // Dbias: the launch has an item with a bias gradient to take (a template flag, so that casts
 // without one keep their registers).
 // Act: every item's activation source class (kernels.h's activation_class; 0: none), for the same
 // reason.
 template <DType T, int OutFmt, int OutTFmt, bool Dbias, int Act>
-__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<Dbias, (Act > 0)>)
+__global__ void __launch_bounds__(kTileThreads, kCastMinBlocks<(Act > 0)>)
     cast_transpose_kernel(const __grid_constant__ CastTransposeParams p) {
   // The tile's codes for out_t (fp8_tile.cuh); a gated backward's pair of tiles takes two.
   __shared__ alignas(16) uint8_t smem_t[kGatedGrad<Act> ? 2 : 1][OutTFmt != kFmtNone ? kTile * kTile : 16];
