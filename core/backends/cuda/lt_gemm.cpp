@@ -18,9 +18,9 @@
 // Algorithm choice, once per plan key (the plan's first call) and never again:
 //  - the heuristic is asked for up to kMaxCandidates algorithms. A GEMM of >= 2^33 flops (the
 //    ~1 ms class, where the heuristic's top-1 can be some percent off the best) is timed: each
-//    candidate runs 1 + kTimedRuns times on the stream between cudaEvents (one host sync per
-//    candidate); the lowest median wins if it is 2% below #0's (ties and failed candidates: the
-//    earlier one). Smaller GEMMs, GEMMs whose m or k varies from call to call (GemmArgs::
+//    candidate runs once to warm up, then kTimedRuns rounds run every candidate once in turn,
+//    each run between cudaEvents (one host sync for the whole search); the lowest median wins if
+//    it is 2% below #0's (ties and failed candidates: the earlier one). Smaller GEMMs, GEMMs whose m or k varies from call to call (GemmArgs::
 //    shape_varies: a mixture of experts' token counts, for which a search would sync the host on
 //    most steps), and every key first seen while the stream is capturing a graph, take the
 //    heuristic's #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
@@ -110,11 +110,12 @@ bool env_switch(const char *name, bool unset) {
   return std::strcmp(e, "0") != 0;
 }
 
-// The cudaEvents that bracket one candidate's timed runs, destroyed whatever happens.
+// The cudaEvents between a search's timed runs (each run starts at one and ends at the next),
+// destroyed whatever happens.
 struct TimingEvents {
-  std::array<cudaEvent_t, kTimedRuns + 1> e{};
-  void create() {
-    for (auto &x : e) TE_CUDA_CHECK(cudaEventCreate(&x));
+  std::array<cudaEvent_t, kTimedRuns * kMaxCandidates + 1> e{};
+  void create(int n) {
+    for (int i = 0; i < n; ++i) TE_CUDA_CHECK(cudaEventCreate(&e[static_cast<size_t>(i)]));
   }
   ~TimingEvents() {
     for (auto x : e)
@@ -267,30 +268,44 @@ struct LtGemm::Impl {
     scratch.aux = aux ? aux_out.get() : nullptr;
     set_pointers(key, p.desc, scratch);  // matmul() sets the caller's pointers again at each call
     TimingEvents ev;
-    ev.create();
+    ev.create(count * kTimedRuns + 1);
 
     const float alpha = 1.0f, beta = key.accumulate ? 1.0f : 0.0f;
-    std::array<float, kMaxCandidates> median;
-    median.fill(-1.0f);  // < 0: failed
-    for (int i = 0; i < count; ++i) {
-      if (cand[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      auto run = [&] {
-        return api.matmul(handle, p.desc, &alpha, scratch.b, p.a, scratch.a, p.b, &beta, scratch.d, p.d, scratch.d,
-                          p.d, &cand[i].algo, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
-      };
-      bool ok = run();  // warm-up
-      for (int r = 0; ok && r < kTimedRuns; ++r) {
-        TE_CUDA_CHECK(cudaEventRecord(ev.e[r], stream));
-        ok = run();
-      }
+    auto run = [&](int i) {
+      bool ok = api.matmul(handle, p.desc, &alpha, scratch.b, p.a, scratch.a, p.b, &beta, scratch.d, p.d, scratch.d,
+                           p.d, &cand[i].algo, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
       // A launch error of this candidate's kernel (not sticky) fails the candidate only; a sticky
       // one fails the next CUDA call below.
       if (cudaGetLastError() != cudaSuccess) ok = false;
-      if (!ok) continue;
-      TE_CUDA_CHECK(cudaEventRecord(ev.e[kTimedRuns], stream));
-      TE_CUDA_CHECK(cudaEventSynchronize(ev.e[kTimedRuns]));
+      return ok;
+    };
+    // Every candidate warms up, then each round runs every candidate once, in turn: a drift of
+    // the clocks during the search (power, temperature) falls on all candidates alike, not on the
+    // later ones as when each candidate ran all its runs back to back.
+    std::array<bool, kMaxCandidates> live{};
+    for (int i = 0; i < count; ++i) live[i] = cand[i].state == CUBLAS_STATUS_SUCCESS && run(i);
+    std::array<std::array<int, kMaxCandidates>, kTimedRuns> start{};  // event index of each timed run
+    int events = 0;
+    for (int r = 0; r < kTimedRuns; ++r) {
+      for (int i = 0; i < count; ++i) {
+        if (!live[i]) continue;
+        TE_CUDA_CHECK(cudaEventRecord(ev.e[events], stream));
+        if (!run(i)) {
+          live[i] = false;  // its event is recorded again by the next run
+          continue;
+        }
+        start[r][i] = events++;
+      }
+    }
+    TE_CUDA_CHECK(cudaEventRecord(ev.e[events], stream));
+    TE_CUDA_CHECK(cudaEventSynchronize(ev.e[events]));
+    std::array<float, kMaxCandidates> median;
+    median.fill(-1.0f);  // < 0: failed
+    for (int i = 0; i < count; ++i) {
+      if (!live[i]) continue;
       std::array<float, kTimedRuns> ms{};
-      for (int r = 0; r < kTimedRuns; ++r) TE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev.e[r], ev.e[r + 1]));
+      for (int r = 0; r < kTimedRuns; ++r)
+        TE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev.e[start[r][i]], ev.e[start[r][i] + 1]));
       std::sort(ms.begin(), ms.end());
       median[i] = ms[kTimedRuns / 2];
     }
