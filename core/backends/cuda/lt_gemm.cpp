@@ -246,7 +246,7 @@ struct LtGemm::Impl {
   }
 
   // Times each candidate into scratch outputs and returns the index of the fastest (0 when none
-  // ran or no scratch could be had). One host sync per candidate; the caller's D is not touched.
+  // ran or no scratch could be had). One host sync for the search; the caller's D is not touched.
   int choose_algo(const PlanKey &key, Plan &p, const cublasLtMatmulHeuristicResult_t *cand, int count,
                   const Pointers &ptrs, Backend &be, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
     RelaxedCaptureMode relaxed;
