@@ -20,11 +20,12 @@
 //    ~1 ms class, where the heuristic's top-1 can be some percent off the best) is timed: each
 //    candidate runs once to warm up, then kTimedRuns rounds run every candidate once in turn,
 //    each run between cudaEvents (one host sync for the whole search); the lowest median wins if
-//    it is 2% below #0's (ties and failed candidates: the earlier one). Smaller GEMMs, GEMMs whose m or k varies from call to call (GemmArgs::
-//    shape_varies: a mixture of experts' token counts, for which a search would sync the host on
-//    most steps), and every key first seen while the stream is capturing a graph, take the
-//    heuristic's #0 untimed. TE_GEMM_TUNE=0 turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per
-//    timed key (each candidate's median, the choice). Both are read when the LtGemm is made.
+//    it is 2% below #0's (ties and failed candidates: the earlier one). Smaller GEMMs, GEMMs
+//    whose m or k varies from call to call (GemmArgs::shape_varies: a mixture of experts' token
+//    counts, for which a search would sync the host on most steps), and every key first seen
+//    while the stream is capturing a graph, take the heuristic's #0 untimed. TE_GEMM_TUNE=0
+//    turns timing off; TE_GEMM_TUNE_LOG=1 prints one stderr line per timed key (each
+//    candidate's median, the choice). Both are read when the LtGemm is made.
 //  - the timing runs write D (and the pre-GELU output) to scratch of the same dtypes, zeroed
 //    first so that beta = 1 reads zeros; the caller's A, B, scales and bias are only read.
 //    Scratch comes from the backend's pool (256-byte aligned, so at least the key's alignment
