@@ -25,6 +25,7 @@
 // warm-up step and the timed one.
 //
 // Without a usable GPU it prints {"skipped": ...} and exits 0.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <te/te.h>
 
@@ -576,6 +577,42 @@ int main(int argc, char **argv) {
     four_args_kernel<<<1, 32, 0, stream>>>(dummy, dummy, 16, 1.0f);
     t[0] += us_since(t0);
   });
+  // The same empty kernel through the driver (cuLaunchKernel on the CUfunction the runtime
+  // resolved once) and through cudaLaunchKernelExC: what the runtime's own layer adds per launch.
+  if (wanted("bare_launch")) {
+    using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void **, void **);
+    void *entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    cudaFunction_t fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess && cudaGetFuncBySymbol(&fn, reinterpret_cast<const void *>(empty_kernel)) == cudaSuccess) {
+      auto launch = reinterpret_cast<LaunchFn>(entry);
+      CUfunction f = reinterpret_cast<CUfunction>(fn);
+      run("bare_launch_driver", Segments({"launch"}), [&](std::vector<double> &t) {
+        auto t0 = Clock::now();
+        CUresult r = launch(f, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(stream), nullptr, nullptr);
+        t[0] += us_since(t0);
+        if (r != CUDA_SUCCESS) {
+          std::fprintf(stderr, "cuLaunchKernel: error %d\n", static_cast<int>(r));
+          std::exit(2);
+        }
+      });
+    } else {
+      std::fprintf(stderr, "cuLaunchKernel not found: no bare_launch_driver\n");
+      cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(32);
+    cfg.stream = stream;
+    run("bare_launch_ex", Segments({"launch"}), [&](std::vector<double> &t) {
+      auto t0 = Clock::now();
+      cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<const void *>(empty_kernel), nullptr);
+      t[0] += us_since(t0);
+      CUDA_CHECK(e);
+    });
+  }
   if (wanted("bare_launch")) {
     auto params = [&](auto block, const char *name) {
       using Block = decltype(block);

@@ -53,11 +53,19 @@ TE_API te_status te_context_get_device(const te_context *ctx, te_device *out) {
 }
 
 TE_API te_status te_context_set_stream(te_context *ctx, void *stream) {
-  return guarded(__func__, [&] { to_context(ctx)->backend().set_stream(stream); });
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    c->autocast().settle();  // a deferred scale update goes on the stream its pass ran on
+    c->backend().set_stream(stream);
+  });
 }
 
 TE_API te_status te_context_synchronize(te_context *ctx) {
-  return guarded(__func__, [&] { to_context(ctx)->backend().synchronize(); });
+  return guarded(__func__, [&] {
+    Context *c = to_context(ctx);
+    c->autocast().settle();  // "everything enqueued has run" includes a deferred scale update
+    c->backend().synchronize();
+  });
 }
 
 TE_API te_status te_context_malloc(te_context *ctx, size_t bytes, void **out) {
@@ -98,6 +106,7 @@ TE_API te_status te_context_get_stats(const te_context *ctx, te_context_stats *o
   return guarded(__func__, [&] {
     Context *c = to_context(ctx);
     check_options(out, "out");
+    c->autocast().settle();  // the counts include a deferred update, as if it had run at te_autocast_end
     const AutocastStats &s = c->stats();
     out->scopes_closed = s.scopes_closed;
     out->bucket_updates = s.bucket_updates;

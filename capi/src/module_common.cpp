@@ -31,6 +31,7 @@ void read_scaling_state(Context &ctx, const ScalingState &st, te_scaling_state_i
   check_options(info, "info");
   float scale = 1.0f, scale_inv = 1.0f;
   const int cap = history_cap > 65536 ? 65536 : static_cast<int>(history_cap);
+  ctx.autocast().settle();  // a deferred scale update is part of the pass that ended
   st.read(ctx.backend(), &scale, &scale_inv, history, history ? cap : 0);
   info->scale = scale;
   info->scale_inv = scale_inv;

@@ -39,6 +39,8 @@ uint64_t Autocast::begin(bool enabled, bool calibrating, const Recipe *recipe, c
     fail(Status::InvalidState, "autocast depth limit reached: %d scopes are open (TE_AUTOCAST_MAX_DEPTH)",
          kAutocastMaxDepth);
   bool recording = enabled || calibrating;
+  // The last pass's deferred update goes first: this pass's casts read and write those states.
+  if (recording && recording_depth_ == 0) settle();
   if (recording && recording_depth_ == 0) {
     pass_ = next_pass_++;
     modules_in_pass_ = 0;
@@ -64,8 +66,16 @@ void Autocast::end(uint64_t token) {
     fail(Status::InvalidState, "argument 'token': it does not name the innermost open scope (depth %d); "
          "scopes must end innermost first", depth_);
   bool recording = s.enabled || s.calibrating;
-  // Update before popping: if the device fails, the scope stays open and nothing changed.
-  if (recording && recording_depth_ == 1) update(forward_);
+  // Update (or defer) before popping: if the device fails, the scope stays open and nothing
+  // changed.
+  if (recording && recording_depth_ == 1) {
+    if (can_defer(forward_)) {
+      if (deferred_.pass) update(deferred_);  // not reached: the pass's begin settled
+      std::swap(forward_, deferred_);        // forward_ takes the cleared set: no allocation
+    } else {
+      update(forward_);
+    }
+  }
   if (recording && --recording_depth_ == 0) pass_ = 0;
   release_scope(s);
   --depth_;
@@ -127,7 +137,8 @@ void Autocast::reserve_backward(uint64_t pass, int n) {
   // what a successful call would do at this point too.
   BucketSet &set = backward_set(pass);
   set.reserve(n);
-  items_.reserve(set.states() + static_cast<size_t>(n));
+  // Room for the deferred forward set too, so that both take one launch.
+  items_.reserve(set.states() + deferred_.states() + static_cast<size_t>(n));
 }
 
 void Autocast::BucketSet::clear() {
@@ -141,34 +152,89 @@ void Autocast::BucketSet::clear() {
   pass = 0;
 }
 
-void Autocast::update_bucket(Bucket &b) {
+bool Autocast::reduces(const Bucket &b) {
+  return b.group && b.group->needs_reduction() && b.recipe->options().reduce_amax;
+}
+
+bool Autocast::can_defer(const BucketSet &set) const {
+  if (set.used == 0) return false;
+  // An all-reduce is a collective: every rank must run it at the same point of its program, so
+  // it is not moved to whichever later call happens to settle.
+  for (size_t i = 0; i < set.used; ++i)
+    if (reduces(set.buckets[i])) return false;
+  return !be_.stream_capturing();
+}
+
+// A bucket whose amaxes are all-reduced first has a launch of its own: when its slots are not one
+// range, its update reads the reduced amaxes from the gathered buffer.
+void Autocast::update_reduced_bucket(Bucket &b) {
   items_.clear();
   for (ScalingState *st : b.states) items_.push_back(st->update_item());
   int n = static_cast<int>(items_.size());
   if (n == 0) return;
   const float *reduced = nullptr;
-  if (b.group && b.group->needs_reduction() && b.recipe->options().reduce_amax) {
-    // The usual case: the bucket's amax slots are one range, reduced in place. Otherwise (states
-    // first used in an order that interleaves buckets) they are gathered into one buffer first.
-    if (float *range = slots_.contiguous_range(items_.data(), n)) {
-      b.group->allreduce_max(range, items_.size(), be_);
-    } else {
-      size_t bytes = sizeof(float) * items_.size();
-      if (packed_amax_.bytes() < bytes) packed_amax_ = Buffer(&be_, bytes);
-      be_.gather_amax(items_.data(), n, packed_amax_.floats());
-      b.group->allreduce_max(packed_amax_.floats(), items_.size(), be_);
-      reduced = packed_amax_.floats();
-    }
-    ++stats_.amax_reductions;
+  // The usual case: the bucket's amax slots are one range, reduced in place. Otherwise (states
+  // first used in an order that interleaves buckets) they are gathered into one buffer first.
+  if (float *range = slots_.contiguous_range(items_.data(), n)) {
+    b.group->allreduce_max(range, items_.size(), be_);
+  } else {
+    size_t bytes = sizeof(float) * items_.size();
+    if (packed_amax_.bytes() < bytes) packed_amax_ = Buffer(&be_, bytes);
+    be_.gather_amax(items_.data(), n, packed_amax_.floats());
+    b.group->allreduce_max(packed_amax_.floats(), items_.size(), be_);
+    reduced = packed_amax_.floats();
   }
+  ++stats_.amax_reductions;
   be_.scale_update(items_.data(), n, reduced);
+  ++stats_.update_launches;
   ++stats_.bucket_updates;
   stats_.states_updated += static_cast<uint64_t>(n);
 }
 
-void Autocast::update(BucketSet &set) {
-  for (size_t i = 0; i < set.used; ++i) update_bucket(set.buckets[i]);
+void Autocast::update(BucketSet &set, BucketSet *also) {
+  BucketSet *sets[2] = {&set, also};
+  for (BucketSet *s : sets)
+    for (size_t i = 0; s && i < s->used; ++i)
+      if (reduces(s->buckets[i])) update_reduced_bucket(s->buckets[i]);
+  // Every other bucket of both sets in one launch. items_ was reserved for each set's states
+  // (and a backward set's room counts the deferred set's): a merge that would not fit launches
+  // what it has first rather than allocate here.
+  items_.clear();
+  uint64_t buckets = 0;
+  auto launch = [&] {
+    if (items_.empty()) return;
+    be_.scale_update(items_.data(), static_cast<int>(items_.size()), nullptr);
+    ++stats_.update_launches;
+    stats_.bucket_updates += buckets;
+    stats_.states_updated += static_cast<uint64_t>(items_.size());
+    items_.clear();
+    buckets = 0;
+  };
+  for (BucketSet *s : sets) {
+    for (size_t i = 0; s && i < s->used; ++i) {
+      const Bucket &b = s->buckets[i];
+      if (reduces(b) || b.states.empty()) continue;
+      if (items_.size() + b.states.size() > items_.capacity()) launch();
+      for (ScalingState *st : b.states) items_.push_back(st->update_item());
+      ++buckets;
+    }
+  }
+  launch();
   set.clear();
+  if (also) also->clear();
+}
+
+void Autocast::settle_check() const {
+  if (deferred_.pass && be_.stream_capturing())
+    fail(Status::InvalidState, "the scale update of an autocast pass that ended outside stream capture is still "
+         "pending, and a capture would repeat it at every replay; run that pass's backward or call "
+         "te_autocast_flush_backward (or te_context_synchronize) before the capture begins");
+}
+
+void Autocast::settle() {
+  if (!deferred_.pass) return;
+  settle_check();
+  update(deferred_);
 }
 
 Autocast::BucketSet &Autocast::backward_set(uint64_t pass) {
@@ -201,20 +267,28 @@ void Autocast::register_backward(uint64_t pass, const Recipe *recipe, const Grou
   set.add(recipe, group, state);
 }
 
+Autocast::BucketSet *Autocast::deferred_if_eager() {
+  return deferred_.pass && !be_.stream_capturing() ? &deferred_ : nullptr;
+}
+
 void Autocast::finish_backward_pass(uint64_t pass) {
+  // Under capture a deferred forward update stays pending (the capture must not repeat it); the
+  // next settle outside capture enqueues it.
   for (BucketSet &set : backward_)
-    if (set.pass == pass && pass != 0) update(set);
+    if (set.pass == pass && pass != 0) update(set, deferred_if_eager());
 }
 
 void Autocast::flush_backward() {
+  settle_check();
   // Oldest pass first, so scales evolve in the order the passes ran.
   for (;;) {
     BucketSet *oldest = nullptr;
     for (BucketSet &set : backward_)
       if (set.pass && (!oldest || set.pass < oldest->pass)) oldest = &set;
-    if (!oldest) return;
-    update(*oldest);
+    if (!oldest) break;
+    update(*oldest, deferred_if_eager());
   }
+  settle();
 }
 
 void Autocast::forget(const ScalingState *state) {
@@ -225,6 +299,7 @@ void Autocast::forget(const ScalingState *state) {
     }
   };
   drop(forward_);
+  drop(deferred_);
   for (BucketSet &set : backward_) drop(set);
 }
 

@@ -7,6 +7,16 @@
 // grad_output states of the pass's backward calls and are updated when the backward of the
 // pass's first module completes, or on flush_backward.
 //
+// One launch per set: the buckets of a set that reduce nothing share one scale-update launch.
+// And a forward set that reduces nothing, ended on a stream that is not capturing, is *deferred*:
+// its update joins the launch of the next backward set to complete, so that a training step pays
+// one scale-update launch, not two. Nothing reads or writes those states in between (a backward
+// uses the scale_inv its forward saved, and touches only grad_output states), and every call
+// that would (the next pass's begin, state reads, loads and stats, AdamW's weight refresh, a new
+// stream, a synchronize) calls settle() first, which enqueues it. A deferred update is never
+// enqueued into a capture (it would repeat at every replay): settle() under capture fails with
+// InvalidState instead, and nothing changes.
+//
 // Begin and end never allocate: the stack is a fixed array and bucket storage is pooled (it
 // grows only the first time a pass uses more buckets or states than any pass before).
 #pragma once
@@ -29,6 +39,7 @@ struct AutocastStats {
   uint64_t bucket_updates = 0;
   uint64_t amax_reductions = 0;
   uint64_t states_updated = 0;
+  uint64_t update_launches = 0;  // backend scale_update calls: buckets and deferred sets share them
 };
 
 // The scope holds references to its recipe and group (retained at begin, released at end), so
@@ -72,7 +83,12 @@ class Autocast {
   // Whether `state` sits in an open pass's or a pending backward pass's bucket.
   bool holds(const ScalingState *state) const { return state->registered_pass != 0; }
   void finish_backward_pass(uint64_t pass);
-  void flush_backward();
+  void flush_backward();  // every pending backward pass, and a deferred forward update
+  // Enqueues a deferred forward update (see the header comment); under capture it fails, as
+  // settle_check does, before anything changes.
+  void settle();
+  void settle_check() const;
+  bool deferred() const { return deferred_.pass != 0; }
   // A scaling state that is going away leaves every bucket.
   void forget(const ScalingState *state);
 
@@ -93,8 +109,12 @@ class Autocast {
     size_t states() const;
   };
 
-  void update(BucketSet &set);
-  void update_bucket(Bucket &b);
+  // Updates `set` (and `also`, when given, in the same launch) and clears it.
+  void update(BucketSet &set, BucketSet *also = nullptr);
+  static bool reduces(const Bucket &b);
+  void update_reduced_bucket(Bucket &b);
+  bool can_defer(const BucketSet &set) const;
+  BucketSet *deferred_if_eager();  // the deferred set, unless the stream is capturing
   BucketSet &backward_set(uint64_t pass);
 
   Backend &be_;
@@ -109,6 +129,7 @@ class Autocast {
   uint64_t pass_ = 0;
   int modules_in_pass_ = 0;
   BucketSet forward_;
+  BucketSet deferred_;  // an ended pass's forward set, its update not yet enqueued (pass 0: none)
   std::vector<BucketSet> backward_;  // pending backward passes (pooled)
   std::vector<ScaleUpdateItem> items_;  // capacity >= every state registered: update never allocates
   Buffer packed_amax_;

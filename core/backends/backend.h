@@ -163,6 +163,9 @@ class Backend {
   virtual void set_stream(void *stream) = 0;
   virtual void *stream() const = 0;
   virtual void synchronize() = 0;
+  // Whether work enqueued now is being captured into a graph rather than run (CUDA stream
+  // capture; true when it cannot be asked). Autocast defers no update across a capture boundary.
+  virtual bool stream_capturing() const { return false; }
   virtual void *alloc(size_t bytes) = 0;          // cached; throws OutOfMemory
   virtual void free(void *ptr, size_t bytes) = 0;  // back to the cache; nullptr ok
   virtual void copy(void *dst, const void *src, size_t bytes) = 0;          // device -> device

@@ -92,6 +92,9 @@ void run_refresh(Backend &be, CacheRefresh &r) {
 void adamw_step(Context &ctx, const AdamwHyper &h, const AdamwParam *params, size_t count) {
   if (count == 0) return;
   if (count > static_cast<size_t>(INT_MAX)) fail(Status::InvalidArgument, "argument 'count': too many parameters (%zu)", count);
+  // The weight refresh below casts with the weights' scales, as the next forward would: after
+  // the last pass's update, which may still be deferred.
+  ctx.autocast().settle();
   Backend &be = ctx.backend();
   std::vector<AdamwTensor> tensors(count);
   AdamwArgs a;

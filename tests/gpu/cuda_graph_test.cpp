@@ -65,7 +65,10 @@ struct Trainer {
     return make_view(b.get(), DType::F32, ctx.device(), rows, cols);
   }
 
-  void step() {
+  void step() { backward(forward()); }
+
+  // begin, forward, end: the backward context.
+  LinearBackwardCtx *forward() {
     Autocast &ac = ctx.autocast();
     uint64_t token = ac.begin(true, false, recipe.get(), nullptr);
     LinearBackwardCtx *bwd = linear_pool(ctx).acquire_backward_ctx(ctx);
@@ -74,6 +77,11 @@ struct Trainer {
     fa.weight = view(w, kOut, kIn);
     linear_forward_compute(ctx, lin, fa, view(y, kTokens, kOut), bwd->saved, nullptr, nullptr);
     ac.end(token);
+    return bwd;
+  }
+
+  // The backward and the SGD step.
+  void backward(LinearBackwardCtx *bwd) {
     LinearBackwardArgs ba;
     ba.dy = view(dy, kTokens, kOut);
     ba.dw = view(dw, kOut, kIn);
@@ -173,6 +181,72 @@ struct TwoStreams {
     cudaStreamDestroy(s2);
   }
 };
+
+// A warm-up step, then a step whose forward's scale update is enqueued before its backward (the
+// order the library had before deferring it): the reference for the two tests below.
+std::vector<float> reference_state(cudaStream_t stream, const StepData &d) {
+  Trainer ref(stream, d.x0, d.w0, d.dy0);
+  ref.step();
+  LinearBackwardCtx *bwd = ref.forward();
+  ref.ctx.autocast().settle();
+  ref.backward(bwd);
+  return ref.snapshot();
+}
+
+TEST_F(GpuTest, CudaGraphOfABackwardLeavesOutTheEagerForwardsDeferredUpdate) {
+  // Eager forward (its update deferred), backward captured: the graph must not contain the
+  // forward's update (every replay would repeat it); it stays pending until the next eager call.
+  const StepData d;
+  const TwoStreams s;
+  Trainer t(s.s1, d.x0, d.w0, d.dy0);
+  t.step();
+  LinearBackwardCtx *bwd = t.forward();
+  ASSERT_TRUE(t.ctx.autocast().deferred());
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s.s1, cudaStreamCaptureModeGlobal), cudaSuccess);
+  t.backward(bwd);
+  ASSERT_EQ(cudaStreamEndCapture(s.s1, &graph), cudaSuccess);
+  EXPECT_TRUE(t.ctx.autocast().deferred());
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s.s1), cudaSuccess);
+  t.ctx.autocast().settle();
+  EXPECT_FALSE(t.ctx.autocast().deferred());
+  const std::vector<float> got = t.snapshot(), want = reference_state(s.s2, d);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(GpuTest, CudaGraphCaptureRefusesABeginWhileAnEagerUpdateIsDeferred) {
+  // The next pass's begin would have to enqueue the deferred update into the capture: it fails
+  // with InvalidState instead and changes nothing; the update still runs, eagerly, later.
+  const StepData d;
+  const TwoStreams s;
+  Trainer t(s.s1, d.x0, d.w0, d.dy0);
+  t.step();
+  LinearBackwardCtx *bwd = t.forward();
+  ASSERT_TRUE(t.ctx.autocast().deferred());
+  ASSERT_EQ(cudaStreamBeginCapture(s.s1, cudaStreamCaptureModeGlobal), cudaSuccess);
+  Status status = Status::Success;
+  try {
+    t.ctx.autocast().begin(true, false, t.recipe.get(), nullptr);
+  } catch (const Error &e) {
+    status = e.status();
+  }
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s.s1, &graph), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  EXPECT_EQ(status, Status::InvalidState);
+  EXPECT_EQ(t.ctx.autocast().depth(), 0);
+  EXPECT_TRUE(t.ctx.autocast().deferred());
+  t.backward(bwd);  // eager: takes the deferred update into its own launch
+  EXPECT_FALSE(t.ctx.autocast().deferred());
+  const std::vector<float> got = t.snapshot(), want = reference_state(s.s2, d);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
 
 TEST_F(GpuTest, CudaGraphTrainingStepReplaysBitIdentically) {
   const StepData d;

@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   void set_stream(void *stream) override;
   void *stream() const override { return stream_; }
   void synchronize() override;
+  bool stream_capturing() const override { return capturing(); }
   void *alloc(size_t bytes) override;
   void free(void *ptr, size_t bytes) override;
   void copy(void *dst, const void *src, size_t bytes) override;

@@ -86,6 +86,7 @@ void states_save(Context &ctx, const StateFormat &f, const ScalingState *const *
   const size_t need = states_size(f, states, n);
   if (capacity < need)
     fail(Status::InvalidArgument, "argument 'capacity': expected at least %zu bytes, got %zu", need, capacity);
+  ctx.autocast().settle();  // a deferred scale update is part of the pass that ended
   // Serialised into a staging copy first: reading the states allocates, and running out of
   // memory must leave the caller's buffer as it was.
   std::vector<unsigned char> staging(need);
@@ -115,7 +116,9 @@ void states_load(Context &ctx, const StateFormat &f, ScalingState *const *states
                  const void *buf, size_t size) {
   // A state in an open pass's or a pending backward pass's bucket is about to be updated with
   // the amaxes of that pass; replacing it underneath would mix two histories (and a never-used
-  // state has no storage for the update to write).
+  // state has no storage for the update to write). An ended pass's deferred update is enqueued
+  // first, as if it had run at te_autocast_end.
+  ctx.autocast().settle();
   for (int i = 0; i < n; ++i)
     if (ctx.autocast().holds(states[i]))
       fail(Status::InvalidState, "argument '%s': its scaling states are in use by an open autocast scope or a "
