@@ -81,7 +81,7 @@ int main(void) {
     CHECK(te_linear_backward(ctx, saved, &tdy, &tdx, &tdw, &tdb, NULL));
     te_linear_backward_ctx_destroy(saved);
 
-    CHECK(te_autocast_end(ctx, token)); /* amax reduction + scale update happen here */
+    CHECK(te_autocast_end(ctx, token)); /* ends the pass: its amax reduction + scale update */
     CHECK(te_context_synchronize(ctx));
     printf("step %d: y[0] = %f, dW[0] = %f\n", step, y[0], dw[0]);
   }

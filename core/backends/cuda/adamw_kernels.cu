@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -179,15 +180,15 @@ void adamw_enqueue(const AdamwArgs &a, float *scratch, cudaStream_t stream) {
     float *partials = scratch;
     float *norm = partials + a.total_chunks;
     for_each_launch(a, [&](const LaunchList &L, unsigned blocks) {
-      norm_partials_kernel<<<blocks, kAdamwLanes, 0, stream>>>(L, partials);
+      launch_kernel<norm_partials_kernel>(blocks, kAdamwLanes, 0, stream, L, partials);
       TE_CUDA_CHECK_LAUNCH();
     });
-    norm_final_kernel<<<1, kAdamwLanes, 0, stream>>>(partials, a.total_chunks, norm, a.grad_norm);
+    launch_kernel<norm_final_kernel>(1, kAdamwLanes, 0, stream, partials, a.total_chunks, norm, a.grad_norm);
     TE_CUDA_CHECK_LAUNCH();
     if (a.max_grad_norm > 0.0f) s.norm = norm;
   }
   for_each_launch(a, [&](const LaunchList &L, unsigned blocks) {
-    update_kernel<<<blocks, kAdamwLanes, 0, stream>>>(L, s);
+    launch_kernel<update_kernel>(blocks, kAdamwLanes, 0, stream, L, s);
     TE_CUDA_CHECK_LAUNCH();
   });
 }

@@ -26,6 +26,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -553,10 +554,13 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
     const int64_t blocks = std::min<int64_t>((rows + 7) / 8, 65535LL * 8);
     const bool vec = args.o.dtype == args.d_o.dtype && aligned16(args.o.data) && aligned16(args.d_o.data) &&
                      d.head_dim % (args.o.dtype == DType::F32 ? 4 : 8) == 0;
-    if (vec && args.o.dtype == DType::BF16) dsum_vec_kernel<DType::BF16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
-    else if (vec && args.o.dtype == DType::F16) dsum_vec_kernel<DType::F16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
-    else if (vec && args.o.dtype == DType::F32) dsum_vec_kernel<DType::F32><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
-    else dsum_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    if (vec && args.o.dtype == DType::BF16) launch_kernel<dsum_vec_kernel<DType::BF16>>(static_cast<unsigned>(blocks),
+        256, 0, stream, p);
+    else if (vec && args.o.dtype == DType::F16) launch_kernel<dsum_vec_kernel<DType::F16>>(static_cast<unsigned>(blocks),
+        256, 0, stream, p);
+    else if (vec && args.o.dtype == DType::F32) launch_kernel<dsum_vec_kernel<DType::F32>>(static_cast<unsigned>(blocks),
+        256, 0, stream, p);
+    else launch_kernel<dsum_kernel>(static_cast<unsigned>(blocks), 256, 0, stream, p);
     TE_CUDA_CHECK_LAUNCH();
   }
   if (p.fp8) {

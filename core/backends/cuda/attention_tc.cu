@@ -40,6 +40,7 @@
 #include "backends/cuda/attention_tc.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -1289,7 +1290,7 @@ void to_f16(const F16Ranges &r, int count, cudaStream_t stream) {
   int64_t n4 = 0;  // the longest range's: the grid strides over it
   for (int i = 0; i < count; ++i) n4 = std::max(n4, r.n4[i]);
   const int64_t blocks = std::min<int64_t>((n4 + 255) / 256, 8192);
-  fp8_to_f16_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream>>>(r);
+  launch_kernel<fp8_to_f16_kernel>(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream, r);
   TE_CUDA_CHECK_LAUNCH();
 }
 }  // namespace

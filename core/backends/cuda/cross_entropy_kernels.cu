@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "backends/training_args.h"
 #include "base/check.h"
 #include "training/cross_entropy_math.h"
@@ -168,7 +169,7 @@ void CudaBackend::cross_entropy(const CrossEntropyArgs &a) {
   auto *count = static_cast<int64_t *>(scratch.get());
   auto *row_loss = reinterpret_cast<float *>(static_cast<char *>(scratch.get()) + kAlign);
   const int32_t *targets = static_cast<const int32_t *>(a.targets.data);
-  count_kernel<<<1, kCountThreads, 0, stream_>>>(targets, n, a.ignore_index, count);
+  launch_kernel<count_kernel>(1, kCountThreads, 0, stream_, targets, n, a.ignore_index, count);
   TE_CUDA_CHECK_LAUNCH();
   auto launch_rows = [&](auto kernel) {
     kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream_>>>(a.logits.data, vocab, targets, a.ignore_index, count,
@@ -181,7 +182,7 @@ void CudaBackend::cross_entropy(const CrossEntropyArgs &a) {
     case DType::BF16: launch_rows(row_kernel<DType::BF16>); break;
     default: fail(Status::InvalidArgument, "cross_entropy: logits must be F32, F16 or BF16, got %s", dtype_name(a.logits.dtype));
   }
-  loss_kernel<<<1, kLossThreads, 0, stream_>>>(row_loss, n, count, a.loss);
+  launch_kernel<loss_kernel>(1, kLossThreads, 0, stream_, row_loss, n, count, a.loss);
   TE_CUDA_CHECK_LAUNCH();
 }
 

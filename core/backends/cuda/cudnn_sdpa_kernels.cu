@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 namespace {
@@ -111,7 +112,7 @@ __global__ void max_merge_kernel(const float *src, float *dst) {
 }  // namespace
 
 void sdpa_max_merge(const float *src, float *dst, cudaStream_t stream) {
-  max_merge_kernel<<<1, 1, 0, stream>>>(src, dst);
+  launch_kernel<max_merge_kernel>(1, 1, 0, stream, src, dst);
   TE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -120,20 +121,21 @@ void sdpa_prepare_lengths(const SdpaSeqInfo &s, int32_t *seq_q, int32_t *seq_kv,
   const int64_t n = s.batch + 1;
   const int threads = 256;
   const int blocks = (int)((n + threads - 1) / threads);
-  prepare_lengths_kernel<<<blocks, threads, 0, stream>>>(s, seq_q, seq_kv, off_q, off_kv, off_stats);
+  launch_kernel<prepare_lengths_kernel>(blocks, threads, 0, stream, s, seq_q, seq_kv, off_q, off_kv, off_stats);
   TE_CUDA_CHECK(cudaGetLastError());
 }
 
 void sdpa_finish_forward(const SdpaSeqInfo &s, const float *stats_bhs, float *lse, void *o, int o_elem_bytes,
                          cudaStream_t stream) {
   if (s.tokens_q <= 0) return;
-  finish_forward_kernel<<<(unsigned)s.tokens_q, 128, 0, stream>>>(s, stats_bhs, lse, static_cast<char *>(o), o_elem_bytes);
+  launch_kernel<finish_forward_kernel>((unsigned)s.tokens_q, 128, 0, stream, s, stats_bhs, lse, static_cast<char *>(o),
+      o_elem_bytes);
   TE_CUDA_CHECK(cudaGetLastError());
 }
 
 void sdpa_prepare_backward_stats(const SdpaSeqInfo &s, const float *lse, float *stats, cudaStream_t stream) {
   if (s.tokens_q <= 0) return;
-  prepare_backward_stats_kernel<<<(unsigned)s.tokens_q, 64, 0, stream>>>(s, lse, stats);
+  launch_kernel<prepare_backward_stats_kernel>((unsigned)s.tokens_q, 64, 0, stream, s, lse, stats);
   TE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -33,8 +34,8 @@ void CudaBackend::add(const TensorView &a, const TensorView &b, const TensorView
   DeviceGuard g(device_);
   constexpr int kThreads = 256;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  add_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), kThreads, 0, stream_>>>(a.data, b.data, y.data,
-                                                                                             y.dtype, n);
+  launch_kernel<add_kernel>(static_cast<unsigned>(blocks < 8192 ? blocks : 8192), kThreads, 0, stream_, a.data, b.data,
+      y.data, y.dtype, n);
   TE_CUDA_CHECK_LAUNCH();
 }
 

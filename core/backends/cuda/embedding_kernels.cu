@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "backends/training_args.h"
 #include "base/check.h"
 
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kGatherThreads)
 template <class Unit>
 void launch_gather(const EmbeddingForwardArgs &a, int64_t row_bytes, cudaStream_t stream) {
   const int64_t n = a.ids.numel();
-  gather_kernel<Unit><<<static_cast<unsigned>(n), kGatherThreads, 0, stream>>>(
+  launch_kernel<gather_kernel<Unit>>(static_cast<unsigned>(n), kGatherThreads, 0, stream,
       static_cast<const Unit *>(a.table.data), static_cast<const int32_t *>(a.ids.data), a.table.shape[0],
       row_bytes / static_cast<int64_t>(sizeof(Unit)), static_cast<Unit *>(a.y.data));
   TE_CUDA_CHECK_LAUNCH();
@@ -219,26 +220,29 @@ void CudaBackend::embedding_backward(const EmbeddingBackwardArgs &a) {
   auto *vals_out = reinterpret_cast<uint32_t *>(base + layout.vals_out);
   auto *offsets = reinterpret_cast<uint32_t *>(base + layout.offsets);
   const unsigned threads = 256;
-  make_keys_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream_>>>(
+  launch_kernel<make_keys_kernel>(static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream_,
       static_cast<const int32_t *>(a.ids.data), n, vocab, keys_in, vals_in);
   TE_CUDA_CHECK_LAUNCH();
   size_t cub_bytes = layout.cub_bytes;
   TE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + layout.cub, cub_bytes, keys_in, keys_out, vals_in, vals_out,
                                                 static_cast<int>(n), 0, key_bits(vocab), stream_));
-  row_offsets_kernel<<<static_cast<unsigned>((vocab + 1 + threads - 1) / threads), threads, 0, stream_>>>(
+  launch_kernel<row_offsets_kernel>(static_cast<unsigned>((vocab + 1 + threads - 1) / threads), threads, 0, stream_,
       keys_out, n, vocab, offsets);
   TE_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>(vocab), static_cast<unsigned>((dim + kChunkCols - 1) / kChunkCols));
   float *dtable = static_cast<float *>(a.dtable.data);
   switch (a.dy.dtype) {
     case DType::BF16:
-      row_sum_kernel<DType::BF16><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      launch_kernel<row_sum_kernel<DType::BF16>>(grid, kSumThreads, 0, stream_, offsets, vals_out, a.dy.data, dim,
+          a.accumulate, dtable);
       break;
     case DType::F16:
-      row_sum_kernel<DType::F16><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      launch_kernel<row_sum_kernel<DType::F16>>(grid, kSumThreads, 0, stream_, offsets, vals_out, a.dy.data, dim,
+          a.accumulate, dtable);
       break;
     default:
-      row_sum_kernel<DType::F32><<<grid, kSumThreads, 0, stream_>>>(offsets, vals_out, a.dy.data, dim, a.accumulate, dtable);
+      launch_kernel<row_sum_kernel<DType::F32>>(grid, kSumThreads, 0, stream_, offsets, vals_out, a.dy.data, dim,
+          a.accumulate, dtable);
       break;
   }
   TE_CUDA_CHECK_LAUNCH();

@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -67,12 +68,12 @@ void activation_forward(Activation act, const TensorView &x, const TensorView &y
   if (is_gated(act)) {
     const int64_t half = x.cols() / 2, rows = x.rows();
     if (rows * half == 0) return;
-    gated_forward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(act, x.data, x.dtype, y.data, y.dtype, rows,
-                                                                        half);
+    launch_kernel<gated_forward_kernel>(grid_for(rows * half), kThreads, 0, stream, act, x.data, x.dtype, y.data,
+        y.dtype, rows, half);
   } else {
     const int64_t n = x.numel();
     if (n == 0) return;
-    unary_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(act, x.data, x.dtype, y.data, y.dtype, n);
+    launch_kernel<unary_forward_kernel>(grid_for(n), kThreads, 0, stream, act, x.data, x.dtype, y.data, y.dtype, n);
   }
   TE_CUDA_CHECK_LAUNCH();
 }
@@ -82,13 +83,13 @@ void activation_backward(Activation act, const TensorView &x, const TensorView &
   if (is_gated(act)) {
     const int64_t half = x.cols() / 2, rows = x.rows();
     if (rows * half == 0) return;
-    gated_backward_kernel<<<grid_for(rows * half), kThreads, 0, stream>>>(act, x.data, x.dtype, dy.data, dy.dtype,
-                                                                         dx.data, dx.dtype, rows, half);
+    launch_kernel<gated_backward_kernel>(grid_for(rows * half), kThreads, 0, stream, act, x.data, x.dtype, dy.data,
+        dy.dtype, dx.data, dx.dtype, rows, half);
   } else {
     const int64_t n = x.numel();
     if (n == 0) return;
-    unary_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(act, x.data, x.dtype, dy.data, dy.dtype, dx.data,
-                                                                dx.dtype, n);
+    launch_kernel<unary_backward_kernel>(grid_for(n), kThreads, 0, stream, act, x.data, x.dtype, dy.data, dy.dtype,
+        dx.data, dx.dtype, n);
   }
   TE_CUDA_CHECK_LAUNCH();
 }

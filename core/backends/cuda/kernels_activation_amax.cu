@@ -8,6 +8,7 @@
 #include "backends/cuda/activation_tile.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) activation_amax_kernel(const 
 template <DType T>
 void launch(const ActivationAmaxParams &p, int cls, unsigned grid, cudaStream_t stream) {
   dispatch_activation_class(cls, [&](auto c) {
-    activation_amax_kernel<T, decltype(c)::value><<<grid, kTileThreads, 0, stream>>>(p);
+    launch_kernel<activation_amax_kernel<T, decltype(c)::value>>(grid, kTileThreads, 0, stream, p);
   });
 }
 

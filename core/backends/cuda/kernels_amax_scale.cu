@@ -5,6 +5,7 @@
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_items.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -90,14 +91,14 @@ void amax(Backend &be, const TensorView &x, float *amax, bool accumulate, cudaSt
   if (n == 0 && !accumulate) return;
   const bool vec = aligned16(x.data) && is_high_precision(x.dtype);
   if (!vec) {
-    amax_scalar_kernel<<<grid_for(n), kAmaxThreads, 0, stream>>>(x.data, x.dtype, n, amax);
+    launch_kernel<amax_scalar_kernel>(grid_for(n), kAmaxThreads, 0, stream, x.data, x.dtype, n, amax);
   } else {
     const int64_t nvec = n / (x.dtype == DType::F32 ? 4 : 8);
     const unsigned grid = grid_for(nvec);
     switch (x.dtype) {
-      case DType::F32: amax_vec_kernel<DType::F32><<<grid, kAmaxThreads, 0, stream>>>(x.data, n, amax); break;
-      case DType::F16: amax_vec_kernel<DType::F16><<<grid, kAmaxThreads, 0, stream>>>(x.data, n, amax); break;
-      default: amax_vec_kernel<DType::BF16><<<grid, kAmaxThreads, 0, stream>>>(x.data, n, amax); break;
+      case DType::F32: launch_kernel<amax_vec_kernel<DType::F32>>(grid, kAmaxThreads, 0, stream, x.data, n, amax); break;
+      case DType::F16: launch_kernel<amax_vec_kernel<DType::F16>>(grid, kAmaxThreads, 0, stream, x.data, n, amax); break;
+      default: launch_kernel<amax_vec_kernel<DType::BF16>>(grid, kAmaxThreads, 0, stream, x.data, n, amax); break;
     }
   }
   TE_CUDA_CHECK_LAUNCH();
@@ -105,7 +106,7 @@ void amax(Backend &be, const TensorView &x, float *amax, bool accumulate, cudaSt
 
 void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max, bool power_of_2,
                      float epsilon, cudaStream_t stream) {
-  scale_from_amax_kernel<<<1, 1, 0, stream>>>(amax, scale, scale_inv, fp8_max, power_of_2, epsilon);
+  launch_kernel<scale_from_amax_kernel>(1, 1, 0, stream, amax, scale, scale_inv, fp8_max, power_of_2, epsilon);
   TE_CUDA_CHECK_LAUNCH();
 }
 
@@ -168,9 +169,9 @@ void amax_partials(const TensorView *xs, int n, uint32_t *partials, int *npartia
     npartials[i] = static_cast<int>(q.blocks);
   }
   switch (xs[0].dtype) {
-    case DType::F32: amax_partials_kernel<DType::F32><<<grid, kAmaxThreads, 0, stream>>>(p); break;
-    case DType::F16: amax_partials_kernel<DType::F16><<<grid, kAmaxThreads, 0, stream>>>(p); break;
-    default: amax_partials_kernel<DType::BF16><<<grid, kAmaxThreads, 0, stream>>>(p); break;
+    case DType::F32: launch_kernel<amax_partials_kernel<DType::F32>>(grid, kAmaxThreads, 0, stream, p); break;
+    case DType::F16: launch_kernel<amax_partials_kernel<DType::F16>>(grid, kAmaxThreads, 0, stream, p); break;
+    default: launch_kernel<amax_partials_kernel<DType::BF16>>(grid, kAmaxThreads, 0, stream, p); break;
   }
   TE_CUDA_CHECK_LAUNCH();
 }

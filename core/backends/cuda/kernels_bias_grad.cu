@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -154,7 +155,7 @@ ColumnSumPlan plan_column_sum(const TensorView &dy) {
 template <DType T>
 void launch_column_sum_many(const ColumnSumBatch &b, int n, int64_t col_blocks, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(n));
-  column_sum_vec_many_kernel<T><<<grid, dim3(32, kRowLanes), 0, stream>>>(b);
+  launch_kernel<column_sum_vec_many_kernel<T>>(grid, dim3(32, kRowLanes), 0, stream, b);
   TE_CUDA_CHECK_LAUNCH();
 }
 
@@ -186,19 +187,19 @@ void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStre
   if (p.splits > 1) partial = Buffer(&be, static_cast<size_t>(p.splits * p.cols) * sizeof(float));
   const dim3 grid(static_cast<unsigned>(p.col_blocks), static_cast<unsigned>(p.splits));
   if (!p.vec) {
-    column_sum_kernel<<<grid, dim3(kCols, kRowLanes), 0, stream>>>(dy.data, dy.dtype, p.rows, p.cols, p.rows_per_split,
-                                                                 partial.floats(), db.data, db.dtype);
+    launch_kernel<column_sum_kernel>(grid, dim3(kCols, kRowLanes), 0, stream, dy.data, dy.dtype, p.rows, p.cols,
+        p.rows_per_split, partial.floats(), db.data, db.dtype);
   } else if (dy.dtype == DType::BF16) {
-    column_sum_vec_kernel<DType::BF16><<<grid, dim3(32, kRowLanes), 0, stream>>>(
-        dy.data, p.rows, p.cols, p.rows_per_split, partial.floats(), db.data, db.dtype);
+    launch_kernel<column_sum_vec_kernel<DType::BF16>>(grid, dim3(32, kRowLanes), 0, stream, dy.data, p.rows, p.cols,
+        p.rows_per_split, partial.floats(), db.data, db.dtype);
   } else {
-    column_sum_vec_kernel<DType::F16><<<grid, dim3(32, kRowLanes), 0, stream>>>(
-        dy.data, p.rows, p.cols, p.rows_per_split, partial.floats(), db.data, db.dtype);
+    launch_kernel<column_sum_vec_kernel<DType::F16>>(grid, dim3(32, kRowLanes), 0, stream, dy.data, p.rows, p.cols,
+        p.rows_per_split, partial.floats(), db.data, db.dtype);
   }
   TE_CUDA_CHECK_LAUNCH();
   if (p.splits > 1) {
-    sum_splits_kernel<<<static_cast<unsigned>((p.cols + 255) / 256), 256, 0, stream>>>(
-        partial.floats(), static_cast<int>(p.splits), p.cols, db.data, db.dtype);
+    launch_kernel<sum_splits_kernel>(static_cast<unsigned>((p.cols + 255) / 256), 256, 0, stream, partial.floats(),
+        static_cast<int>(p.splits), p.cols, db.data, db.dtype);
     TE_CUDA_CHECK_LAUNCH();
   }
 }
@@ -219,8 +220,8 @@ void bias_grad_many(Backend &be, const TensorView *dys, const TensorView *dbs, i
 
 void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const TensorView &db, cudaStream_t stream) {
   if (cols == 0) return;
-  sum_splits_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(partial, static_cast<int>(parts), cols,
-                                                                                   db.data, db.dtype);
+  launch_kernel<sum_splits_kernel>(static_cast<unsigned>((cols + 255) / 256), 256, 0, stream, partial,
+      static_cast<int>(parts), cols, db.data, db.dtype);
   TE_CUDA_CHECK_LAUNCH();
 }
 

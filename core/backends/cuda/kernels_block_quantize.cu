@@ -13,6 +13,7 @@
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_items.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -317,11 +318,11 @@ bool tensor_params(const BlockQuantizeItem &q, BlockQuantizeParams *out_p) {
 template <DType T>
 void launch(const BlockQuantizeBatch &b, int cls, unsigned grid, cudaStream_t stream) {
   if (cls == 0) {
-    block_quantize_kernel<T, 0><<<grid, kTileThreads, 0, stream>>>(b);
+    launch_kernel<block_quantize_kernel<T, 0>>(grid, kTileThreads, 0, stream, b);
     return;
   }
   dispatch_activation_class(cls, [&](auto c) {
-    block_quantize_kernel<T, decltype(c)::value><<<grid, kTileThreads, 0, stream>>>(b);
+    launch_kernel<block_quantize_kernel<T, decltype(c)::value>>(grid, kTileThreads, 0, stream, b);
   });
 }
 

@@ -15,6 +15,7 @@
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch_items.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -212,16 +213,17 @@ bool any_dbias(const CastTransposeParams &p) {
 
 template <DType T, int OutFmt, int OutTFmt>
 void launch(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
-  if (any_dbias(p)) cast_transpose_kernel<T, OutFmt, OutTFmt, true, 0><<<grid, kTileThreads, 0, stream>>>(p);
-  else cast_transpose_kernel<T, OutFmt, OutTFmt, false, 0><<<grid, kTileThreads, 0, stream>>>(p);
+  if (any_dbias(p)) launch_kernel<cast_transpose_kernel<T, OutFmt, OutTFmt, true, 0>>(grid, kTileThreads, 0, stream, p);
+  else launch_kernel<cast_transpose_kernel<T, OutFmt, OutTFmt, false, 0>>(grid, kTileThreads, 0, stream, p);
 }
 
 // A launch of activation-sourced items (class Act): formats at run time, one kernel per dtype,
 // class and dbias.
 template <DType T, int Act>
 void launch_activation_class(const CastTransposeParams &p, unsigned grid, cudaStream_t stream) {
-  if (any_dbias(p)) cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, true, Act><<<grid, kTileThreads, 0, stream>>>(p);
-  else cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, false, Act><<<grid, kTileThreads, 0, stream>>>(p);
+  if (any_dbias(p)) launch_kernel<cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, true, Act>>(grid, kTileThreads, 0,
+      stream, p);
+  else launch_kernel<cast_transpose_kernel<T, kFmtRuntime, kFmtRuntime, false, Act>>(grid, kTileThreads, 0, stream, p);
 }
 
 template <DType T>

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -36,8 +37,8 @@ void launch(RowSegmentsParams &p, int n, int64_t most_units, cudaStream_t stream
   p.row_units /= static_cast<int64_t>(sizeof(U));
   most_units /= static_cast<int64_t>(sizeof(U));
   const int64_t blocks = std::min<int64_t>((most_units + kThreads - 1) / kThreads, 1024);
-  copy_row_segments_kernel<U><<<dim3(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), static_cast<unsigned>(n)),
-                                 kThreads, 0, stream>>>(p);
+  launch_kernel<copy_row_segments_kernel<U>>(dim3(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), static_cast<unsigned>(n)),
+      kThreads, 0, stream, p);
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -33,7 +34,7 @@ void dequantize(const TensorView &x, const TensorView &out, cudaStream_t stream)
   const int64_t n = x.numel();
   if (n == 0) return;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  dequantize_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), kThreads, 0, stream>>>(
+  launch_kernel<dequantize_kernel>(static_cast<unsigned>(blocks < 8192 ? blocks : 8192), kThreads, 0, stream,
       static_cast<const uint8_t *>(x.data), x.dtype, x.scaling, x.scale_inv, x.rows(), x.cols(), out.data, out.dtype);
   TE_CUDA_CHECK_LAUNCH();
 }

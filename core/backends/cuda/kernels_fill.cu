@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -40,7 +41,8 @@ __global__ void __launch_bounds__(kThreads) zero_many_kernel(const __grid_consta
 void fill_floats(float *dst, float value, size_t count, cudaStream_t stream) {
   if (count == 0) return;
   const size_t blocks = (count + kThreads - 1) / kThreads;
-  fill_floats_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), kThreads, 0, stream>>>(dst, value, count);
+  launch_kernel<fill_floats_kernel>(static_cast<unsigned>(blocks < 4096 ? blocks : 4096), kThreads, 0, stream, dst,
+      value, count);
   TE_CUDA_CHECK_LAUNCH();
 }
 
@@ -56,7 +58,8 @@ void zero_many(const ByteRange *ranges, int n, cudaStream_t stream) {
     if (most == 0) continue;
     // Enough threads for the largest range's 16-byte units (heads and tails are < 16 bytes).
     const size_t blocks = std::min<size_t>((most / 16 + kThreads) / kThreads, 1024);
-    zero_many_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), kThreads, 0, stream>>>(p);
+    launch_kernel<zero_many_kernel>(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), kThreads, 0,
+        stream, p);
     TE_CUDA_CHECK_LAUNCH();
   }
 }

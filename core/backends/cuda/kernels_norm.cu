@@ -51,6 +51,7 @@
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -1303,9 +1304,9 @@ void norm_forward(const NormForwardArgs &a, cudaStream_t stream) {
     const int64_t blocks = ceil_div(p.rows, kGenericRows);
     const unsigned grid = static_cast<unsigned>(blocks < 1 ? 1 : blocks);
     switch (t) {
-      case DType::F32: norm_fwd_generic_kernel<DType::F32><<<grid, kThreads, 0, stream>>>(p); break;
-      case DType::F16: norm_fwd_generic_kernel<DType::F16><<<grid, kThreads, 0, stream>>>(p); break;
-      default: norm_fwd_generic_kernel<DType::BF16><<<grid, kThreads, 0, stream>>>(p); break;
+      case DType::F32: launch_kernel<norm_fwd_generic_kernel<DType::F32>>(grid, kThreads, 0, stream, p); break;
+      case DType::F16: launch_kernel<norm_fwd_generic_kernel<DType::F16>>(grid, kThreads, 0, stream, p); break;
+      default: launch_kernel<norm_fwd_generic_kernel<DType::BF16>>(grid, kThreads, 0, stream, p); break;
     }
   }
   TE_CUDA_CHECK_LAUNCH();
@@ -1393,22 +1394,22 @@ void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) 
       switch (t) {
         case DType::F32:
           allow_dynamic_smem(norm_bwd_vec_kernel<DType::F32>, smem);
-          norm_bwd_vec_kernel<DType::F32><<<grid, kThreads, smem, stream>>>(p);
+          launch_kernel<norm_bwd_vec_kernel<DType::F32>>(grid, kThreads, smem, stream, p);
           break;
         case DType::F16:
           allow_dynamic_smem(norm_bwd_vec_kernel<DType::F16>, smem);
-          norm_bwd_vec_kernel<DType::F16><<<grid, kThreads, smem, stream>>>(p);
+          launch_kernel<norm_bwd_vec_kernel<DType::F16>>(grid, kThreads, smem, stream, p);
           break;
         default:
           allow_dynamic_smem(norm_bwd_vec_kernel<DType::BF16>, smem);
-          norm_bwd_vec_kernel<DType::BF16><<<grid, kThreads, smem, stream>>>(p);
+          launch_kernel<norm_bwd_vec_kernel<DType::BF16>>(grid, kThreads, smem, stream, p);
           break;
       }
     } else {
       switch (t) {
-        case DType::F32: norm_bwd_generic_kernel<DType::F32><<<grid, kThreads, 0, stream>>>(p); break;
-        case DType::F16: norm_bwd_generic_kernel<DType::F16><<<grid, kThreads, 0, stream>>>(p); break;
-        default: norm_bwd_generic_kernel<DType::BF16><<<grid, kThreads, 0, stream>>>(p); break;
+        case DType::F32: launch_kernel<norm_bwd_generic_kernel<DType::F32>>(grid, kThreads, 0, stream, p); break;
+        case DType::F16: launch_kernel<norm_bwd_generic_kernel<DType::F16>>(grid, kThreads, 0, stream, p); break;
+        default: launch_kernel<norm_bwd_generic_kernel<DType::BF16>>(grid, kThreads, 0, stream, p); break;
       }
     }
     TE_CUDA_CHECK_LAUNCH();
@@ -1418,8 +1419,8 @@ void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) 
   }
   if (grads && !p.direct) {
     const unsigned grid = static_cast<unsigned>(ceil_div(p.n, 32));
-    norm_bwd_finalize_kernel<<<grid, kThreads, 0, stream>>>(p.partial, p.bands, p.n, a.dgamma.data, a.dgamma.dtype,
-                                                            a.dbeta.data, a.dbeta.dtype);
+    launch_kernel<norm_bwd_finalize_kernel>(grid, kThreads, 0, stream, p.partial, p.bands, p.n, a.dgamma.data,
+        a.dgamma.dtype, a.dbeta.data, a.dbeta.dtype);
     TE_CUDA_CHECK_LAUNCH();
   }
 }

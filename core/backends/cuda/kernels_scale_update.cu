@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -107,7 +108,7 @@ template <int N>
 int launch_gather(const ScaleUpdateItem *items, int n, float *packed, cudaStream_t stream) {
   UpdateChunk<N> chunk;
   const int count = fill_chunk(chunk, items, n);
-  gather_amax_kernel<N><<<1, N, 0, stream>>>(chunk, count, packed);
+  launch_kernel<gather_amax_kernel<N>>(1, N, 0, stream, chunk, count, packed);
   TE_CUDA_CHECK_LAUNCH();
   return count;
 }
@@ -116,7 +117,7 @@ template <int N>
 int launch_update(const ScaleUpdateItem *items, int n, const float *reduced_amax, cudaStream_t stream) {
   UpdateChunk<N> chunk;
   const int count = fill_chunk(chunk, items, n);
-  scale_update_kernel<N><<<count, kUpdateThreads, 0, stream>>>(chunk, reduced_amax);
+  launch_kernel<scale_update_kernel<N>>(count, kUpdateThreads, 0, stream, chunk, reduced_amax);
   TE_CUDA_CHECK_LAUNCH();
   return count;
 }

@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_tile.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -60,8 +61,8 @@ void transpose_codes(const uint8_t *in, uint8_t *out_t, int64_t rows, int64_t co
   if (rows < 1 || cols < 1) return;
   const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
   const bool aligned = tile_vectors_aligned(in, nullptr, out_t, rows, cols);
-  transpose_codes_kernel<<<static_cast<unsigned>(tiles), kTileThreads, 0, stream>>>(in, out_t, rows, cols, tiles_c,
-                                                                                      aligned);
+  launch_kernel<transpose_codes_kernel>(static_cast<unsigned>(tiles), kTileThreads, 0, stream, in, out_t, rows, cols,
+      tiles_c, aligned);
   TE_CUDA_CHECK_LAUNCH();
 }
 

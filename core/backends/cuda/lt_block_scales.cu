@@ -3,6 +3,7 @@
 // plain one-thread-per-element kernels are enough.
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/lt_gemm_kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -37,13 +38,13 @@ int blocks_for(int64_t n) {
 
 void transpose_scales(const float *src, float *dst, int64_t rows, int64_t cb, cudaStream_t stream) {
   if (rows * cb == 0) return;
-  transpose_scales_kernel<<<blocks_for(rows * cb), kThreads, 0, stream>>>(src, dst, rows, cb);
+  launch_kernel<transpose_scales_kernel>(blocks_for(rows * cb), kThreads, 0, stream, src, dst, rows, cb);
   TE_CUDA_CHECK_LAUNCH();
 }
 
 void pad_scales(const float *src, float *dst, int64_t rb, int64_t cb, int64_t ld, cudaStream_t stream) {
   if (rb * ld == 0) return;
-  pad_scales_kernel<<<blocks_for(rb * ld), kThreads, 0, stream>>>(src, dst, rb, cb, ld);
+  launch_kernel<pad_scales_kernel>(blocks_for(rb * ld), kThreads, 0, stream, src, dst, rb, cb, ld);
   TE_CUDA_CHECK_LAUNCH();
 }
 

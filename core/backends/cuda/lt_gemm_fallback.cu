@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/lt_gemm_kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -55,13 +56,13 @@ void launch_dequantize(const TensorView &x, float *out, cudaStream_t stream) {
   const int blocks = blocks_for(rows * cols);
   switch (x.scaling) {
     case ScalingMode::PerTensor:
-      dequantize_kernel<T, 0><<<blocks, kThreads, 0, stream>>>(codes, x.scale_inv, out, rows, cols);
+      launch_kernel<dequantize_kernel<T, 0>>(blocks, kThreads, 0, stream, codes, x.scale_inv, out, rows, cols);
       break;
     case ScalingMode::Block1x128:
-      dequantize_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(codes, x.scale_inv, out, rows, cols);
+      launch_kernel<dequantize_kernel<T, 1>>(blocks, kThreads, 0, stream, codes, x.scale_inv, out, rows, cols);
       break;
     case ScalingMode::Block128x128:
-      dequantize_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(codes, x.scale_inv, out, rows, cols);
+      launch_kernel<dequantize_kernel<T, 2>>(blocks, kThreads, 0, stream, codes, x.scale_inv, out, rows, cols);
       break;
   }
   TE_CUDA_CHECK_LAUNCH();
@@ -112,7 +113,7 @@ void dequantize_to_f32(const TensorView &x, float *out, cudaStream_t stream) {
 
 void gemm_epilogue(const EpilogueArgs &args, cudaStream_t stream) {
   if (args.m * args.n == 0) return;
-  epilogue_kernel<<<blocks_for(args.m * args.n), kThreads, 0, stream>>>(args);
+  launch_kernel<epilogue_kernel>(blocks_for(args.m * args.n), kThreads, 0, stream, args);
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include "backends/cuda/attention_kernels.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kernel_launch.cuh"
 
 namespace te::cuda {
 
@@ -131,7 +132,7 @@ void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table) {
   if (table && p.half > 0 && p.positions > 0) {
     const int64_t n = p.positions * p.half;
     const int64_t tb = std::min<int64_t>((n + 255) / 256, 4096);
-    rope_table_kernel<<<static_cast<unsigned>(tb), 256, 0, stream>>>(p.freqs, n, table);
+    launch_kernel<rope_table_kernel>(static_cast<unsigned>(tb), 256, 0, stream, p.freqs, n, table);
     TE_CUDA_CHECK_LAUNCH();
     p.table = table;
   }
@@ -140,7 +141,7 @@ void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table) {
   if (p.positions <= 0 && p.half > 0) return;  // the core never passes this
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 16);
-  rope_kernel_impl<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p);
+  launch_kernel<rope_kernel_impl>(static_cast<unsigned>(blocks), threads, 0, stream, p);
   TE_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/lt_gemm_kernels.h"
+#include "backends/cuda/kernel_launch.cuh"
 #include "base/check.h"
 
 namespace te::cuda {
@@ -116,7 +117,7 @@ void launch(const SmallGemmArgs *args, int n, cudaStream_t stream) {
     tiles = std::max<int64_t>(tiles, ((args[i].m + kTile - 1) / kTile) * ((args[i].n + kTile - 1) / kTile));
   }
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(n));
-  small_gemm_kernel<N><<<grid, kThreads, 0, stream>>>(batch);
+  launch_kernel<small_gemm_kernel<N>>(grid, kThreads, 0, stream, batch);
   TE_CUDA_CHECK_LAUNCH();
 }
 
