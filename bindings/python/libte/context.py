@@ -126,7 +126,8 @@ class Context:
         return AutocastState(ll.autocast_get_state(self._handle()))
 
     def flush_backward(self):
-        """te_autocast_flush_backward: reduce and update every pending backward bucket now."""
+        """te_autocast_flush_backward: reduce and update every pending backward bucket now, and
+        enqueue a forward pass's deferred scale update."""
         ll.autocast_flush_backward(self._handle())
 
     def close(self):

@@ -527,9 +527,12 @@ const te_autocast_token = UInt64  # uint64_t
 const TE_AUTOCAST_MAX_DEPTH = Cint(64)
 
 # Opens a scope on ctx's stack. Options are plain data: one value may be
-# reused for nested scopes. Never allocates, never touches the device.
+# reused for nested scopes. Never allocates. Touches the device only to
+# enqueue the last pass's deferred scale update (see te_autocast_end) when
+# this scope starts a new pass.
 # Errors: INVALID_ARGUMENT (NULLs, bad struct_size), INVALID_STATE (depth
-# would exceed TE_AUTOCAST_MAX_DEPTH).
+# would exceed TE_AUTOCAST_MAX_DEPTH, or a deferred update is pending and
+# ctx's stream is being captured).
 # C: te_status te_autocast_begin(te_context *ctx, const te_autocast_options *opts, te_autocast_token *token)
 function te_autocast_begin(ctx, opts, token)
     ccall((:te_autocast_begin, libte), te_status, (Ptr{te_context}, Ptr{te_autocast_options}, Ptr{te_autocast_token}), ctx, opts, token)
@@ -540,6 +543,17 @@ end
 # each forward bucket of scaling states used inside, keyed by (recipe key,
 # group id), gets one amax all-reduce (MAX) over its group when the recipe's
 # reduce_amax is set, and one fused scale update.
+#
+# When no bucket needs an all-reduce and ctx's stream is not being captured,
+# the update is deferred rather than launched: it joins the launch of the
+# next backward update (one scale-update launch per training step). Nothing
+# can observe the difference: te_autocast_begin of the next pass, the state
+# get/save/load functions, te_context_get_stats, te_adamw_step,
+# te_context_set_stream, te_context_synchronize and
+# te_autocast_flush_backward enqueue it first. It is never enqueued into a
+# stream capture (a graph would repeat it at every replay): those calls fail
+# with INVALID_STATE under capture while it is pending, changing nothing, so
+# end a forward-only pass with one of them before a capture begins.
 # C: te_status te_autocast_end(te_context *ctx, te_autocast_token token)
 function te_autocast_end(ctx, token)
     ccall((:te_autocast_end, libte), te_status, (Ptr{te_context}, te_autocast_token), ctx, token)
@@ -565,8 +579,10 @@ function te_autocast_get_state(ctx, out)
 end
 
 # Reduces and updates every pending backward bucket now, oldest pass first,
-# instead of when the backward of each pass's first FP8 module completes.
-# Succeeds and does nothing when none is pending.
+# instead of when the backward of each pass's first FP8 module completes,
+# and enqueues a deferred forward update (te_autocast_end). Succeeds and does
+# nothing when none is pending. INVALID_STATE, changing nothing, when a
+# deferred forward update is pending and ctx's stream is being captured.
 # C: te_status te_autocast_flush_backward(te_context *ctx)
 function te_autocast_flush_backward(ctx)
     ccall((:te_autocast_flush_backward, libte), te_status, (Ptr{te_context},), ctx)
