@@ -15,6 +15,7 @@
 #include "gpu/gpu_test_support.h"
 #include "context/context.h"
 #include "modules/linear/linear.h"
+#include "support/state_snapshot.h"
 
 namespace te::gpu_test {
 namespace {
@@ -101,15 +102,7 @@ struct Trainer {
   std::vector<float> snapshot() {
     std::vector<float> out(kOut * kIn);
     ctx.backend().copy_to_host(out.data(), w.get(), out.size() * sizeof(float));
-    for (TensorRole r : {TensorRole::Input, TensorRole::Weight, TensorRole::GradOutput}) {
-      const ScalingState &st = lin.core()->state(r);
-      std::vector<float> h(static_cast<size_t>(st.history_len()));
-      float s = 0, si = 0;
-      st.read(ctx.backend(), &s, &si, h.data(), st.history_len());
-      out.push_back(s);
-      out.push_back(si);
-      out.insert(out.end(), h.begin(), h.end());
-    }
+    test_support::append_scaling_states(ctx.backend(), lin.core()->proj, out);
     return out;
   }
 };
@@ -216,15 +209,32 @@ struct CaptureGuard {
   }
 };
 
+// A warm-up step on s1, then an eager forward whose scale update is deferred.
+struct AfterEagerForward {
+  StepData d;
+  TwoStreams s;
+  Trainer t{s.s1, d.x0, d.w0, d.dy0};
+  LinearBackwardCtx *bwd = nullptr;
+  AfterEagerForward() {
+    t.step();
+    bwd = t.forward();
+  }
+  // The state now must be reference_state's, bit for bit.
+  void expect_reference_state() {
+    const std::vector<float> got = t.snapshot(), want = reference_state(s.s2, d);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
+};
+
 TEST_F(GpuTest, CudaGraphOfABackwardLeavesOutTheEagerForwardsDeferredUpdate) {
   // Eager forward (its update deferred), backward captured: the graph must not contain the
   // forward's update (every replay would repeat it); it stays pending until the next eager call.
   // The backward keeps its context: residuals allocated outside a graph must outlive it.
-  const StepData d;
-  const TwoStreams s;
-  Trainer t(s.s1, d.x0, d.w0, d.dy0);
-  t.step();
-  LinearBackwardCtx *bwd = t.forward();
+  AfterEagerForward a;
+  Trainer &t = a.t;
+  const TwoStreams &s = a.s;
+  LinearBackwardCtx *bwd = a.bwd;
   ASSERT_TRUE(t.ctx.autocast().deferred());
   cudaGraph_t graph;
   {
@@ -239,9 +249,7 @@ TEST_F(GpuTest, CudaGraphOfABackwardLeavesOutTheEagerForwardsDeferredUpdate) {
   ASSERT_EQ(cudaGraphLaunch(exec, s.s1), cudaSuccess);
   t.ctx.autocast().settle();
   EXPECT_FALSE(t.ctx.autocast().deferred());
-  const std::vector<float> got = t.snapshot(), want = reference_state(s.s2, d);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  a.expect_reference_state();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   linear_pool(t.ctx).release(bwd);
@@ -250,15 +258,12 @@ TEST_F(GpuTest, CudaGraphOfABackwardLeavesOutTheEagerForwardsDeferredUpdate) {
 TEST_F(GpuTest, CudaGraphCaptureRefusesABeginWhileAnEagerUpdateIsDeferred) {
   // The next pass's begin would have to enqueue the deferred update into the capture: it fails
   // with InvalidState instead and changes nothing; the update still runs, eagerly, later.
-  const StepData d;
-  const TwoStreams s;
-  Trainer t(s.s1, d.x0, d.w0, d.dy0);
-  t.step();
-  LinearBackwardCtx *bwd = t.forward();
+  AfterEagerForward a;
+  Trainer &t = a.t;
   ASSERT_TRUE(t.ctx.autocast().deferred());
   Status status = Status::Success;
   {
-    CaptureGuard capture(s.s1);
+    CaptureGuard capture(a.s.s1);
     try {
       t.ctx.autocast().begin(true, false, t.recipe.get(), nullptr);
     } catch (const Error &e) {
@@ -269,11 +274,9 @@ TEST_F(GpuTest, CudaGraphCaptureRefusesABeginWhileAnEagerUpdateIsDeferred) {
   EXPECT_EQ(status, Status::InvalidState);
   EXPECT_EQ(t.ctx.autocast().depth(), 0);
   EXPECT_TRUE(t.ctx.autocast().deferred());
-  t.backward(bwd);  // eager: takes the deferred update into its own launch
+  t.backward(a.bwd);  // eager: takes the deferred update into its own launch
   EXPECT_FALSE(t.ctx.autocast().deferred());
-  const std::vector<float> got = t.snapshot(), want = reference_state(s.s2, d);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  a.expect_reference_state();
 }
 
 TEST_F(GpuTest, CudaGraphTrainingStepReplaysBitIdentically) {

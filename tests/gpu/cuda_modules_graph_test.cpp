@@ -15,6 +15,7 @@
 #include "gpu/gpu_test_support.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
+#include "support/state_snapshot.h"
 
 namespace te::gpu_test {
 namespace {
@@ -121,15 +122,7 @@ struct Block {
       out.insert(out.end(), h.begin(), h.end());
     }
     for (const ProjectionState *p : {&qkv.core()->proj, &mlp.core()->fc1, &mlp.core()->fc2})
-      for (TensorRole r : {TensorRole::Input, TensorRole::Weight, TensorRole::GradOutput}) {
-        const ScalingState &st = p->state(r);
-        std::vector<float> h(static_cast<size_t>(st.history_len()));
-        float s = 0, si = 0;
-        st.read(be, &s, &si, h.data(), st.history_len());
-        out.push_back(s);
-        out.push_back(si);
-        out.insert(out.end(), h.begin(), h.end());
-      }
+      test_support::append_scaling_states(be, *p, out);
     return out;
   }
 };

@@ -10,6 +10,7 @@
 
 #include "context/context.h"
 #include "modules/linear/linear.h"
+#include "support/state_snapshot.h"
 
 namespace te {
 namespace {
@@ -84,15 +85,7 @@ struct Model {
   std::vector<float> snapshot() {
     std::vector<float> out;
     for (const std::vector<float> *v : {&y, &dx, &dw, &db, &w}) out.insert(out.end(), v->begin(), v->end());
-    for (TensorRole r : {TensorRole::Input, TensorRole::Weight, TensorRole::GradOutput}) {
-      const ScalingState &st = lin->core()->state(r);
-      std::vector<float> h(static_cast<size_t>(st.history_len()));
-      float s = 0, si = 0;
-      st.read(ctx.backend(), &s, &si, h.data(), st.history_len());
-      out.push_back(s);
-      out.push_back(si);
-      out.insert(out.end(), h.begin(), h.end());
-    }
+    test_support::append_scaling_states(ctx.backend(), lin->core()->proj, out);
     return out;
   }
 };
