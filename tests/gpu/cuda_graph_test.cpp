@@ -255,6 +255,34 @@ TEST_F(GpuTest, CudaGraphOfABackwardLeavesOutTheEagerForwardsDeferredUpdate) {
   linear_pool(t.ctx).release(bwd);
 }
 
+TEST_F(GpuTest, CudaGraphOfABackwardThatFreesEagerResidualsKeepsTheCaptureValid) {
+  // The captured backward releases its context: the residuals the eager forward allocated are
+  // freed during the capture. A captured free must be of a graph allocation, so the backend holds
+  // them until its next call that is not capturing: the capture stays valid, no CUDA error is
+  // left for the next launch, and the replay computes what the eager order does.
+  AfterEagerForward a;
+  Trainer &t = a.t;
+  cudaGraph_t graph;
+  {
+    CaptureGuard capture(a.s.s1);
+    t.backward(a.bwd, true);
+    graph = capture.end();
+  }
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, a.s.s1), cudaSuccess);
+  t.ctx.autocast().settle();
+  a.expect_reference_state();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  // The held blocks went back to the cache at the first eager call: further eager steps run.
+  for (int i = 0; i < 2; ++i) t.step();
+  EXPECT_EQ(cudaStreamSynchronize(a.s.s1), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(GpuTest, CudaGraphCaptureRefusesABeginWhileAnEagerUpdateIsDeferred) {
   // The next pass's begin would have to enqueue the deferred update into the capture: it fails
   // with InvalidState instead and changes nothing; the update still runs, eagerly, later.

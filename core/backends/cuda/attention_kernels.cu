@@ -470,10 +470,10 @@ GenParams common_params(const AttentionDims &d, const TensorView &q, const Tenso
   return p;
 }
 
-template <class K>
-void launch(K kernel, dim3 grid, size_t smem, cudaStream_t stream, const GenParams &p) {
-  allow_dynamic_smem(kernel, smem);
-  kernel<<<grid, kNT, smem, stream>>>(p);
+template <auto Kernel>
+void launch(dim3 grid, size_t smem, cudaStream_t stream, const GenParams &p) {
+  allow_dynamic_smem(Kernel, smem);
+  launch_kernel<Kernel>(grid, kNT, smem, stream, p);
   TE_CUDA_CHECK_LAUNCH();
 }
 
@@ -512,9 +512,9 @@ void attention_forward_kernels(Backend &be, const AttentionForwardArgs &args, cu
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(d.heads), static_cast<unsigned>(d.batch));
   const int ld = static_cast<int>(d.head_dim) + 1;
   const size_t smem = sizeof(float) * ((kBQ + 2 * kBK) * ld + kBQ * kBK + kBQ);
-  if (d.head_dim <= 64) launch(fwd_general<8>, grid, smem, stream, p);
-  else if (d.head_dim <= 128) launch(fwd_general<16>, grid, smem, stream, p);
-  else launch(fwd_general<32>, grid, smem, stream, p);
+  if (d.head_dim <= 64) launch<fwd_general<8>>(grid, smem, stream, p);
+  else if (d.head_dim <= 128) launch<fwd_general<16>>(grid, smem, stream, p);
+  else launch<fwd_general<32>>(grid, smem, stream, p);
 }
 
 void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, cudaStream_t stream) {
@@ -574,9 +574,9 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
   if (grid_ok(gk, d.kv_heads, d.batch)) {
     const dim3 grid(static_cast<unsigned>(gk), static_cast<unsigned>(d.kv_heads), static_cast<unsigned>(d.batch));
     const size_t smem = sizeof(float) * ((2 * kBK + 2 * kBQ) * ld + 2 * kBQ * kBK + 2 * kBQ);
-    if (d.head_dim <= 64) launch(dkdv_general<16>, grid, smem, stream, p);
-    else if (d.head_dim <= 128) launch(dkdv_general<32>, grid, smem, stream, p);
-    else launch(dkdv_general<64>, grid, smem, stream, p);
+    if (d.head_dim <= 64) launch<dkdv_general<16>>(grid, smem, stream, p);
+    else if (d.head_dim <= 128) launch<dkdv_general<32>>(grid, smem, stream, p);
+    else launch<dkdv_general<64>>(grid, smem, stream, p);
   } else if (gk > 0 && d.batch > 0) {
     fail(Status::Unsupported, "attention on CUDA: grid too large");
   }
@@ -585,9 +585,9 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
   if (grid_ok(gq, d.heads, d.batch)) {
     const dim3 grid(static_cast<unsigned>(gq), static_cast<unsigned>(d.heads), static_cast<unsigned>(d.batch));
     const size_t smem = sizeof(float) * ((2 * kBK + 2 * kBQ) * ld + kBQ * kBK + 2 * kBQ);
-    if (d.head_dim <= 64) launch(dq_general<8>, grid, smem, stream, p);
-    else if (d.head_dim <= 128) launch(dq_general<16>, grid, smem, stream, p);
-    else launch(dq_general<32>, grid, smem, stream, p);
+    if (d.head_dim <= 64) launch<dq_general<8>>(grid, smem, stream, p);
+    else if (d.head_dim <= 128) launch<dq_general<16>>(grid, smem, stream, p);
+    else launch<dq_general<32>>(grid, smem, stream, p);
   }
 }
 

@@ -678,10 +678,10 @@ __global__ void __launch_bounds__(kTcThreads) tc_fwd_fp8_kernel(TcFp8Params p) {
 template <int D, bool kOutBf16>
 void launch_fwd_fp8(const TcFp8Params &p, int64_t batch, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kFwdMT * 64 * D + 4 * kTcBK * D + kTcBK * D * 2);
-  auto kernel = tc_fwd_fp8_kernel<D, kOutBf16>;
+  constexpr auto kernel = tc_fwd_fp8_kernel<D, kOutBf16>;
   allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
-  kernel<<<grid, kTcThreads, smem, stream>>>(p);
+  launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
   TE_CUDA_CHECK_LAUNCH();
 }
 
@@ -1140,25 +1140,25 @@ template <int D, bool kBf16, bool kFp8 = false, bool kOutBf16 = kBf16>
 void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
   {
     const size_t smem = static_cast<size_t>(2) * kDkvBK * D * 2 + 4 * kBwdBQ * D * 2 + 4 * kBwdBQ * sizeof(float);
-    auto kernel = tc_dkdv_kernel<D, kBf16, kFp8, kOutBf16>;
+    constexpr auto kernel = tc_dkdv_kernel<D, kBf16, kFp8, kOutBf16>;
     allow_dynamic_smem(kernel, smem);
     TcBwdParams pk = p;
     pk.tiles = static_cast<int>((p.max_kv + kDkvBK - 1) / kDkvBK);
     if (pk.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(pk.tiles), static_cast<unsigned>(batch));
-      kernel<<<grid, kDkvThreads, smem, stream>>>(pk);
+      launch_kernel<kernel>(grid, kDkvThreads, smem, stream, pk);
       TE_CUDA_CHECK_LAUNCH();
     }
   }
   if (kFp8 && p.amax_only) return;
   {
     const size_t smem = static_cast<size_t>(2 * kDqBQ + 4 * kDqBK) * D * 2;
-    auto kernel = tc_dq_kernel<D, kBf16, kFp8, kOutBf16>;
+    constexpr auto kernel = tc_dq_kernel<D, kBf16, kFp8, kOutBf16>;
     allow_dynamic_smem(kernel, smem);
     p.tiles = static_cast<int>((p.max_q + kDqBQ - 1) / kDqBQ);
     if (p.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
-      kernel<<<grid, kTcThreads, smem, stream>>>(p);
+      launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
       TE_CUDA_CHECK_LAUNCH();
     }
   }
@@ -1169,10 +1169,10 @@ bool aligned16p(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) =
 template <int D, bool kBf16, int BKF>
 void launch_fwd(const TcFwdParams &p, int64_t batch, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kFwdMT * 64 + 4 * BKF) * D * 2;
-  auto kernel = tc_fwd_kernel<D, kBf16, BKF>;
+  constexpr auto kernel = tc_fwd_kernel<D, kBf16, BKF>;
   allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
-  kernel<<<grid, kTcThreads, smem, stream>>>(p);
+  launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
   TE_CUDA_CHECK_LAUNCH();
 }
 

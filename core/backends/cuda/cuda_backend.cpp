@@ -58,6 +58,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   // Everything has run: the cached blocks go back synchronously (the stream may be gone next).
   cache_.drain([](void *p) { cudaFree(p); });
+  for (const HeldBlock &b : freed_during_capture_) cudaFree(b.ptr);
   gemm_.reset();
   cudaFree(amax_partials_);
   cudaFree(workspace_);
@@ -117,9 +118,16 @@ void CudaBackend::synchronize() {
   TE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::release_freed_during_capture() {
+  std::vector<HeldBlock> held;
+  held.swap(freed_during_capture_);
+  for (const HeldBlock &b : held) free(b.ptr, b.bytes);
+}
+
 void *CudaBackend::alloc(size_t bytes) {
   const bool capture = capturing();
   if (!capture) {
+    if (!freed_during_capture_.empty()) release_freed_during_capture();
     follow_stream_in_cache();
     if (void *p = cache_.take(bytes)) return p;
   }
@@ -144,9 +152,18 @@ void *CudaBackend::alloc(size_t bytes) {
 void CudaBackend::free(void *ptr, size_t bytes) {
   if (!ptr) return;
   const bool from_capture = !captured_.empty() && captured_.erase(ptr) != 0;
-  // A block of a captured graph goes back to the driver; so does any block freed during capture
-  // (the free becomes part of the graph, as cudaFreeAsync is stream-ordered there too).
-  if (!from_capture && !capturing()) {
+  // A block of a captured graph goes back to the driver (during the capture its free becomes a
+  // node of the graph, stream-ordered there too). An eager block freed during a capture waits.
+  if (!from_capture) {
+    if (capturing()) {
+      try {
+        freed_during_capture_.push_back(HeldBlock{ptr, bytes});
+      } catch (...) {
+        // No host memory to remember it: the block is lost to the pool, never freed into the capture.
+      }
+      return;
+    }
+    if (!freed_during_capture_.empty()) release_freed_during_capture();
     follow_stream_in_cache();
     if (cache_.put(ptr, bytes)) return;
   }

@@ -14,6 +14,7 @@
 #include "backends/cuda/block_cache.h"
 
 #include <unordered_set>
+#include <vector>
 
 namespace te::cuda {
 
@@ -91,6 +92,15 @@ class CudaBackend final : public Backend {
   uint32_t *amax_partials_ = nullptr;  // quantize_many's current-scaling partials, reused in stream order
   BlockCache cache_;                         // freed blocks for reuse on stream_
   std::unordered_set<void *> captured_;      // live blocks allocated during stream capture
+  // Blocks allocated outside a capture and freed during one: a captured free must be of a graph
+  // allocation (cudaFreeAsync fails otherwise), so they wait for the next call that is not
+  // capturing, as PyTorch's allocator defers such frees.
+  struct HeldBlock {
+    void *ptr;
+    size_t bytes;
+  };
+  std::vector<HeldBlock> freed_during_capture_;
+  void release_freed_during_capture();  // them to the cache (or the pool); not while capturing
   bool capturing() const;                    // stream_ is being captured (or cannot be asked)
   struct CaptureKnown {                      // capturing()'s answer during one C API call
     uint64_t call = 0;
