@@ -271,11 +271,56 @@ Autocast::BucketSet *Autocast::deferred_if_eager() {
   return deferred_.pass && !be_.stream_capturing() ? &deferred_ : nullptr;
 }
 
-void Autocast::finish_backward_pass(uint64_t pass) {
-  // Under capture a deferred forward update stays pending (the capture must not repeat it); the
-  // next settle outside capture enqueues it.
+Autocast::BucketSet *Autocast::pending_backward_set(uint64_t pass) {
+  if (pass == 0) return nullptr;
   for (BucketSet &set : backward_)
-    if (set.pass == pass && pass != 0) update(set, deferred_if_eager());
+    if (set.pass == pass) return &set;
+  return nullptr;
+}
+
+void Autocast::finish_backward_pass(uint64_t pass, bool carried) {
+  BucketSet *set = pending_backward_set(pass);
+  if (!set) return;
+  if (!carried) {
+    // Under capture a deferred forward update stays pending (the capture must not repeat it);
+    // the next settle outside capture enqueues it.
+    update(*set, deferred_if_eager());
+    return;
+  }
+  // The norm backward enqueued what carry_backward_update put in items_: count it as update()
+  // would have counted its one launch, and clear the sets it covered.
+  BucketSet *sets[2] = {set, carried_also_};
+  for (BucketSet *s : sets)
+    for (size_t i = 0; s && i < s->used; ++i)
+      if (!s->buckets[i].states.empty()) ++stats_.bucket_updates;
+  ++stats_.update_launches;
+  ++stats_.updates_carried;
+  stats_.states_updated += static_cast<uint64_t>(items_.size());
+  set->clear();
+  if (carried_also_) carried_also_->clear();
+  carried_also_ = nullptr;
+}
+
+bool Autocast::carry_backward_update(uint64_t pass, NormBackwardArgs *nb) {
+  BucketSet *set = pending_backward_set(pass);
+  if (!set) return false;  // finishing the pass enqueues nothing (a deferred set stays deferred)
+  BucketSet *also = deferred_if_eager();
+  BucketSet *sets[2] = {set, also};
+  size_t n = 0;
+  for (BucketSet *s : sets)
+    for (size_t i = 0; s && i < s->used; ++i) {
+      if (reduces(s->buckets[i])) return false;  // its own launch, after the all-reduce
+      n += s->buckets[i].states.size();
+    }
+  if (n == 0 || n > static_cast<size_t>(kCarriedUpdateItems)) return false;
+  items_.clear();  // reserve_backward made room for both sets
+  for (BucketSet *s : sets)
+    for (size_t i = 0; s && i < s->used; ++i)
+      for (ScalingState *st : s->buckets[i].states) items_.push_back(st->update_item());
+  nb->then_update = items_.data();
+  nb->then_update_count = static_cast<int>(n);
+  carried_also_ = also;
+  return true;
 }
 
 void Autocast::flush_backward() {

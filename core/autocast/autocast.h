@@ -39,7 +39,10 @@ struct AutocastStats {
   uint64_t bucket_updates = 0;
   uint64_t amax_reductions = 0;
   uint64_t states_updated = 0;
-  uint64_t update_launches = 0;  // backend scale_update calls: buckets and deferred sets share them
+  // Scale updates enqueued, each a backend scale_update call or carried by a norm backward
+  // (updates_carried of them): buckets and deferred sets share them.
+  uint64_t update_launches = 0;
+  uint64_t updates_carried = 0;
 };
 
 // The scope holds references to its recipe and group (retained at begin, released at end), so
@@ -82,7 +85,15 @@ class Autocast {
   void register_backward(uint64_t pass, const Recipe *recipe, const Group *group, ScalingState *state);
   // Whether `state` sits in an open pass's or a pending backward pass's bucket.
   bool holds(const ScalingState *state) const { return state->registered_pass != 0; }
-  void finish_backward_pass(uint64_t pass);
+  // Ends `pass`: its backward set's update (with a deferred forward set's, outside capture) is
+  // enqueued, unless `carried`: then the norm backward that carry_backward_update filled in has
+  // enqueued it, and the sets are only cleared.
+  void finish_backward_pass(uint64_t pass, bool carried = false);
+  // When finishing `pass` would be one plain scale-update launch (no bucket all-reduces) of at
+  // most kCarriedUpdateItems states: points nb->then_update at its items, so that the module's
+  // norm backward (its last launch) carries it, and returns true. The items stay valid until
+  // finish_backward_pass(pass, true), which must follow with no other autocast call in between.
+  bool carry_backward_update(uint64_t pass, NormBackwardArgs *nb);
   void flush_backward();  // every pending backward pass, and a deferred forward update
   // Enqueues a deferred forward update (see the header comment); under capture it fails, as
   // settle_check does, before anything changes.
@@ -116,6 +127,7 @@ class Autocast {
   bool can_defer(const BucketSet &set) const;
   BucketSet *deferred_if_eager();  // the deferred set, unless the stream is capturing
   BucketSet &backward_set(uint64_t pass);
+  BucketSet *pending_backward_set(uint64_t pass);  // nullptr: none
 
   Backend &be_;
   AutocastStats &stats_;
@@ -132,6 +144,7 @@ class Autocast {
   BucketSet deferred_;  // an ended pass's forward set, its update not yet enqueued (pass 0: none)
   std::vector<BucketSet> backward_;  // pending backward passes (pooled)
   std::vector<ScaleUpdateItem> items_;  // capacity >= every state registered: update never allocates
+  BucketSet *carried_also_ = nullptr;   // carry_backward_update's deferred set, when it took one
   Buffer packed_amax_;
 };
 

@@ -71,6 +71,11 @@ struct NormForwardArgs {
   TensorView *out = nullptr, *out_t = nullptr;
 };
 
+struct ScaleUpdateItem;
+
+// The most scale-update items a norm backward carries (NormBackwardArgs::then_update).
+constexpr int kCarriedUpdateItems = 16;
+
 // Norm backward from the forward's x, gamma and statistics: dx [rows, hidden] (x's dtype),
 // dgamma and dbeta [hidden] (gamma's dtype; each optional; dbeta LayerNorm only). dgamma/dbeta
 // are written, not accumulated, and are deterministic (fixed reduction order on every backend).
@@ -80,6 +85,12 @@ struct NormBackwardArgs {
   TensorView dy, x, gamma;
   const float *mu = nullptr, *rsigma = nullptr;
   TensorView dx, dgamma, dbeta;
+  // A scale update (as scale_update(then_update, then_update_count, nullptr)) enqueued with the
+  // backward: at most kCarriedUpdateItems states, none of whose memory the backward touches. CUDA
+  // runs it in extra blocks of the backward's launch, which saves the update a launch of its own
+  // (a module step's last launch is its norm backward); the CPU runs it after the backward.
+  const ScaleUpdateItem *then_update = nullptr;
+  int then_update_count = 0;
 };
 
 // One scaling state as the fused update sees it: history[len], then scale, then scale_inv; the

@@ -99,7 +99,8 @@ Result run_ln_linear(Device device, RecipeKind kind, NormKind norm) {
                db.read<float>()};
   if (norm == NormKind::LayerNorm) r.outputs.push_back(db_ln.read<float>());
   const ProjectionState &p = m.core()->proj;
-  r.states = {read_state(be, p.input), read_state(be, p.weight)};
+  // grad_output: dy is the same on both; its update is the one the norm backward carries.
+  r.states = {read_state(be, p.input), read_state(be, p.weight), read_state(be, p.grad_output)};
   return r;
 }
 
@@ -152,7 +153,7 @@ Result run_ln_mlp(Device device, RecipeKind kind, Activation act) {
   // fc1's input state is fed by the fused norm (bit-identical); fc2's input follows the
   // activation, whose transcendental functions may differ by an ulp between libm and CUDA.
   r.states = {read_state(be, m.core()->fc1.input), read_state(be, m.core()->fc1.weight),
-              read_state(be, m.core()->fc2.weight)};
+              read_state(be, m.core()->fc2.weight), read_state(be, m.core()->fc2.grad_output)};
   return r;
 }
 

@@ -453,6 +453,105 @@ TEST_F(CudaNorm, DISABLED_FusedNormCastBandwidth) {
   }
 }
 
+// A scale update carried by the backward (NormBackwardArgs::then_update): the states end bit for
+// bit as the CPU's (its backward, then scale_update), and dx / dgamma / dbeta as those of the same
+// backward without it. Cases: the vectorised kernel with one band (direct sums) and with many, the
+// generic kernel, and the cases where no band kernel launches and the update goes on its own
+// (no rows, nothing wanted, more items than a launch carries). Histories of 1, 16 and 1500
+// entries (longer than a block: the roll goes in chunks).
+TEST_F(CudaNorm, CarriedScaleUpdateMatchesCpu) {
+  struct Case {
+    const char *name;
+    int64_t rows, cols;
+    DType in;
+    bool dx, dgamma;
+    int items;
+  };
+  const Case cases[] = {
+      {"vec one band", 16, 4096, DType::BF16, true, true, 5},   {"vec bands", 2048, 768, DType::F16, true, true, 16},
+      {"vec dx only", 64, 1024, DType::BF16, true, false, 1},   {"generic", 37, 100, DType::F32, true, true, 7},
+      {"no rows", 0, 256, DType::BF16, true, true, 3},          {"nothing wanted", 8, 256, DType::BF16, false, false, 2},
+      {"too many items", 16, 256, DType::BF16, true, true, 17},
+  };
+  const int lens[] = {1, 16, 1500};
+  for (const Case &k : cases) {
+    for (NormKind kind : {NormKind::LayerNorm, NormKind::RMSNorm}) {
+      const std::string what = std::string(k.name) + (kind == NormKind::LayerNorm ? " layernorm" : " rmsnorm");
+      const size_t esize = dtype_size(k.in);
+      const int64_t held = std::max<int64_t>(k.rows, 1);  // buffers of at least a row
+      const std::vector<float> xv = row_values(held, k.cols, 77, k.in), dyv = row_values(held, k.cols, 78, k.in);
+      const std::vector<float> gv = row_values(1, k.cols, 79, k.in);
+      std::vector<float> mu(static_cast<size_t>(held)), rs(static_cast<size_t>(held));
+      for (int64_t r = 0; r < held; ++r) mu[r] = 0.125f * static_cast<float>(r % 5), rs[r] = 0.5f + 0.01f * static_cast<float>(r % 7);
+      // The states: history[len], scale, scale_inv each; odd items keep their amax apart.
+      std::vector<int> off(static_cast<size_t>(k.items)), len(static_cast<size_t>(k.items));
+      std::vector<float> host, slot_host(static_cast<size_t>(k.items));
+      std::mt19937 rng(static_cast<uint32_t>(k.items * 131 + k.rows));
+      for (int i = 0; i < k.items; ++i) {
+        off[i] = static_cast<int>(host.size());
+        len[i] = lens[i % 3];
+        for (int j = 0; j < len[i]; ++j) host.push_back(std::ldexp(1.0f + (rng() % 1000) / 999.0f, int(rng() % 30) - 15));
+        host.push_back(std::ldexp(1.0f, int(rng() % 8)));
+        host.push_back(1.0f / host.back());
+        slot_host[i] = 0.75f * host[off[i]];
+      }
+      Twin state(*cpu, *gpu, raw(host)), slots(*cpu, *gpu, raw(slot_host));
+      Twin x(*cpu, *gpu, to_bytes(xv, k.in)), dy(*cpu, *gpu, to_bytes(dyv, k.in)), gamma(*cpu, *gpu, to_bytes(gv, k.in));
+      Twin tmu(*cpu, *gpu, raw(mu)), trs(*cpu, *gpu, raw(rs));
+      Twin dx(*cpu, *gpu, static_cast<size_t>(held * k.cols) * esize), dg(*cpu, *gpu, static_cast<size_t>(k.cols) * esize),
+          db(*cpu, *gpu, static_cast<size_t>(k.cols) * esize);
+      BwdOut plain;
+      for (int run = 0; run < 3; ++run) {  // GPU without the update, CPU with it, GPU with it
+        const int b = run == 1 ? 0 : 1;
+        Backend &be = b == 0 ? *cpu : *gpu;
+        const Device dev = b == 0 ? kCpu : kGpu;
+        std::vector<ScaleUpdateItem> items(static_cast<size_t>(k.items));
+        for (int i = 0; i < k.items; ++i) {
+          ScaleUpdateItem &it = items[i];
+          it.history = state.floats(b) + off[i];
+          it.amax = i % 2 ? slots.floats(b) + i : it.history;
+          it.scale = it.history + len[i];
+          it.scale_inv = it.history + len[i] + 1;
+          it.len = len[i];
+          it.margin = static_cast<int>(i % 3);
+          it.algo = i % 2 ? AmaxAlgo::MostRecent : AmaxAlgo::Max;
+          it.fp8_max = i % 3 ? kE4M3Max : kE5M2Max;
+        }
+        NormBackwardArgs a;
+        a.kind = kind;
+        a.dy = make_view(dy.on(b), k.in, dev, k.rows, k.cols);
+        a.x = make_view(x.on(b), k.in, dev, k.rows, k.cols);
+        a.gamma = make_view(gamma.on(b), k.in, dev, 1, k.cols);
+        a.mu = kind == NormKind::LayerNorm ? tmu.floats(b) : nullptr;
+        a.rsigma = trs.floats(b);
+        if (k.dx) a.dx = make_view(dx.on(b), k.in, dev, k.rows, k.cols);
+        if (k.dgamma) {
+          a.dgamma = make_view(dg.on(b), k.in, dev, 1, k.cols);
+          if (kind == NormKind::LayerNorm) a.dbeta = make_view(db.on(b), k.in, dev, 1, k.cols);
+        }
+        if (run != 0) {
+          a.then_update = items.data();
+          a.then_update_count = k.items;
+        }
+        ScratchPlan plan;
+        be.plan_norm_backward(a, &plan);
+        be.reserve(plan);
+        be.norm_backward(a);
+        if (run == 0) {
+          plain = BwdOut{dx.g.read<uint8_t>(), dg.g.read<uint8_t>(), db.g.read<uint8_t>()};
+          EXPECT_EQ(state.g.read<uint8_t>(), raw(host)) << what << ": a backward without then_update changed a state";
+        }
+      }
+      EXPECT_SAME(state, 4, DType::I32, what << ": states");  // I32: bits, NaN payloads included
+      EXPECT_SAME(slots, 4, DType::I32, what << ": amax slots");
+      EXPECT_NE(state.g.read<uint8_t>(), raw(host)) << what << ": no state was updated";
+      EXPECT_EQ(plain.dx, dx.g.read<uint8_t>()) << what << ": dx differs with the carried update";
+      EXPECT_EQ(plain.dgamma, dg.g.read<uint8_t>()) << what << ": dgamma differs with the carried update";
+      EXPECT_EQ(plain.dbeta, db.g.read<uint8_t>()) << what << ": dbeta differs with the carried update";
+    }
+  }
+}
+
 // The forward and backward enqueue nothing that a CUDA graph cannot hold (no host sync, no
 // allocation outside the stream-ordered pool): capture both, replay, compare with direct runs.
 TEST_F(CudaNorm, CapturedInCudaGraph) {

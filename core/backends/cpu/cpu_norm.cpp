@@ -84,6 +84,7 @@ void CpuBackend::norm_backward(const NormBackwardArgs &a) {
   }
   if (a.dgamma.data) cpu::store_floats(dgamma, n, a.dgamma.data, a.dgamma.dtype, 0);
   if (a.dbeta.data) cpu::store_floats(dbeta, n, a.dbeta.data, a.dbeta.dtype, 0);
+  if (a.then_update_count > 0) scale_update(a.then_update, a.then_update_count, nullptr);
 }
 
 }  // namespace te

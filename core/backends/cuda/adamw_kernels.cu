@@ -181,15 +181,12 @@ void adamw_enqueue(const AdamwArgs &a, float *scratch, cudaStream_t stream) {
     float *norm = partials + a.total_chunks;
     for_each_launch(a, [&](const LaunchList &L, unsigned blocks) {
       launch_kernel<norm_partials_kernel>(blocks, kAdamwLanes, 0, stream, L, partials);
-      TE_CUDA_CHECK_LAUNCH();
     });
     launch_kernel<norm_final_kernel>(1, kAdamwLanes, 0, stream, partials, a.total_chunks, norm, a.grad_norm);
-    TE_CUDA_CHECK_LAUNCH();
     if (a.max_grad_norm > 0.0f) s.norm = norm;
   }
   for_each_launch(a, [&](const LaunchList &L, unsigned blocks) {
     launch_kernel<update_kernel>(blocks, kAdamwLanes, 0, stream, L, s);
-    TE_CUDA_CHECK_LAUNCH();
   });
 }
 

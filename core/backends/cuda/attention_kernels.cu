@@ -474,7 +474,6 @@ template <auto Kernel>
 void launch(dim3 grid, size_t smem, cudaStream_t stream, const GenParams &p) {
   allow_dynamic_smem(Kernel, smem);
   launch_kernel<Kernel>(grid, kNT, smem, stream, p);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 bool grid_ok(int64_t x, int64_t y, int64_t z) { return x > 0 && y > 0 && z > 0 && x < (1LL << 31) && y < 65536 && z < 65536; }
@@ -561,7 +560,6 @@ void attention_backward_kernels(Backend &be, const AttentionBackwardArgs &args, 
     else if (vec && args.o.dtype == DType::F32) launch_kernel<dsum_vec_kernel<DType::F32>>(static_cast<unsigned>(blocks),
         256, 0, stream, p);
     else launch_kernel<dsum_kernel>(static_cast<unsigned>(blocks), 256, 0, stream, p);
-    TE_CUDA_CHECK_LAUNCH();
   }
   if (p.fp8) {
     if (attention_tc_backward_fp8(args, p.dsum, static_cast<char *>(scratch.get()) + dsum_scratch_bytes(args), stream))

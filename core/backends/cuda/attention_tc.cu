@@ -682,7 +682,6 @@ void launch_fwd_fp8(const TcFp8Params &p, int64_t batch, cudaStream_t stream) {
   allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
   launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 bool tc_forward_fp8(const AttentionForwardArgs &args, cudaStream_t stream) {
@@ -1147,7 +1146,6 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
     if (pk.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(pk.tiles), static_cast<unsigned>(batch));
       launch_kernel<kernel>(grid, kDkvThreads, smem, stream, pk);
-      TE_CUDA_CHECK_LAUNCH();
     }
   }
   if (kFp8 && p.amax_only) return;
@@ -1159,7 +1157,6 @@ void launch_bwd(TcBwdParams p, int64_t batch, cudaStream_t stream) {
     if (p.tiles > 0) {
       const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
       launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
-      TE_CUDA_CHECK_LAUNCH();
     }
   }
 }
@@ -1173,7 +1170,6 @@ void launch_fwd(const TcFwdParams &p, int64_t batch, cudaStream_t stream) {
   allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.tiles), static_cast<unsigned>(batch));
   launch_kernel<kernel>(grid, kTcThreads, smem, stream, p);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -1291,7 +1287,6 @@ void to_f16(const F16Ranges &r, int count, cudaStream_t stream) {
   for (int i = 0; i < count; ++i) n4 = std::max(n4, r.n4[i]);
   const int64_t blocks = std::min<int64_t>((n4 + 255) / 256, 8192);
   launch_kernel<fp8_to_f16_kernel>(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream, r);
-  TE_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
 

@@ -171,12 +171,10 @@ void CudaBackend::cross_entropy(const CrossEntropyArgs &a) {
   auto *row_loss = reinterpret_cast<float *>(static_cast<char *>(scratch.get()) + kAlign);
   const int32_t *targets = static_cast<const int32_t *>(a.targets.data);
   launch_kernel<count_kernel>(1, kCountThreads, 0, stream_, targets, n, a.ignore_index, count);
-  TE_CUDA_CHECK_LAUNCH();
   auto launch_rows = [&](auto dtype) {  // dtype: std::integral_constant<DType, the logits' dtype>
     launch_kernel<row_kernel<decltype(dtype)::value>>(static_cast<unsigned>(n), kRowThreads, 0, stream_, a.logits.data,
                                                       vocab, targets, a.ignore_index, count, a.grad_scale, row_loss,
                                                       a.dlogits.data);
-    TE_CUDA_CHECK_LAUNCH();
   };
   switch (a.logits.dtype) {  // dlogits has the logits' dtype (checked by the core)
     case DType::F32: launch_rows(std::integral_constant<DType, DType::F32>()); break;
@@ -185,7 +183,6 @@ void CudaBackend::cross_entropy(const CrossEntropyArgs &a) {
     default: fail(Status::InvalidArgument, "cross_entropy: logits must be F32, F16 or BF16, got %s", dtype_name(a.logits.dtype));
   }
   launch_kernel<loss_kernel>(1, kLossThreads, 0, stream_, row_loss, n, count, a.loss);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

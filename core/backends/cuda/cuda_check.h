@@ -18,8 +18,6 @@ namespace te::cuda {
     if (te_cuda_err_ != cudaSuccess) ::te::cuda::fail_cuda(#call, te_cuda_err_); \
   } while (0)
 
-// After a kernel launch: a bad configuration is reported by the launch itself.
-#define TE_CUDA_CHECK_LAUNCH() TE_CUDA_CHECK(cudaGetLastError())
 
 namespace te::cuda {
 

@@ -65,7 +65,6 @@ void launch_gather(const EmbeddingForwardArgs &a, int64_t row_bytes, cudaStream_
   launch_kernel<gather_kernel<Unit>>(static_cast<unsigned>(n), kGatherThreads, 0, stream,
       static_cast<const Unit *>(a.table.data), static_cast<const int32_t *>(a.ids.data), a.table.shape[0],
       row_bytes / static_cast<int64_t>(sizeof(Unit)), static_cast<Unit *>(a.y.data));
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned(const void *p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
@@ -222,13 +221,11 @@ void CudaBackend::embedding_backward(const EmbeddingBackwardArgs &a) {
   const unsigned threads = 256;
   launch_kernel<make_keys_kernel>(static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream_,
       static_cast<const int32_t *>(a.ids.data), n, vocab, keys_in, vals_in);
-  TE_CUDA_CHECK_LAUNCH();
   size_t cub_bytes = layout.cub_bytes;
   TE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + layout.cub, cub_bytes, keys_in, keys_out, vals_in, vals_out,
                                                 static_cast<int>(n), 0, key_bits(vocab), stream_));
   launch_kernel<row_offsets_kernel>(static_cast<unsigned>((vocab + 1 + threads - 1) / threads), threads, 0, stream_,
       keys_out, n, vocab, offsets);
-  TE_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>(vocab), static_cast<unsigned>((dim + kChunkCols - 1) / kChunkCols));
   float *dtable = static_cast<float *>(a.dtable.data);
   switch (a.dy.dtype) {
@@ -245,7 +242,6 @@ void CudaBackend::embedding_backward(const EmbeddingBackwardArgs &a) {
           a.accumulate, dtable);
       break;
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

@@ -1,10 +1,12 @@
-// Kernel launches through the driver: cuLaunchKernel on the CUfunction the runtime resolved once
-// per kernel and CUDA context. A `<<<>>>` launch is two runtime calls (the configuration push and
-// cudaLaunchKernel) and a lookup of the kernel each time; at the tiny shapes where host time
-// decides a step's speed, that layer is a tenth of the launch (te_bench_gpu_host on an H200:
-// bare_launch 3.8-4.1 us, bare_launch_driver 3.4 us, same program), and a step makes 4-12
-// launches. Where the driver's entry points are unavailable, or a process uses more contexts
-// than a kernel's cache holds, the same launch goes through cudaLaunchKernel.
+// Kernel launches through the driver: cuLaunchKernel on the kernel's context-free handle (a
+// CUkernel, which the driver resolves in the stream's context), looked up once per kernel. A
+// `<<<>>>` launch is two runtime calls (the configuration push and cudaLaunchKernel) and a lookup
+// of the kernel each time; at the tiny shapes where host time decides a step's speed, that layer
+// is a tenth of the launch (te_bench_gpu_host on an H200: bare_launch 3.8-4.1 us,
+// bare_launch_driver 3.4 us, same program), and a step makes 4-12 launches. A handle per context
+// (cudaGetFuncBySymbol) would need two more driver calls per launch to find the context. Where the
+// driver's entry points are unavailable, or the launch has no context to run in (the legacy
+// stream on a thread that never made one current), the same launch goes through cudaLaunchKernel.
 //
 //   launch_kernel<kernel>(grid, block, shared_bytes, stream, args...);  // throws te::Error on failure
 //
@@ -14,7 +16,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -23,27 +24,19 @@
 
 namespace te::cuda {
 
-// One kernel's CUfunction per CUDA context, filled on first use; lookups take no lock. Contexts
-// are told apart by their process-unique id (cuCtxGetId), not their handle, which a context
-// created after another's destruction (cudaDeviceReset) may reuse.
-struct KernelFunctions {
-  static constexpr int kSlots = 8;
-  std::atomic<int> used{0};
-  unsigned long long context_id[kSlots] = {};
-  CUfunction function[kSlots] = {};
-};
+// `kernel`'s (a __global__ function's host address) context-free handle, cast to the CUfunction
+// that cuLaunchKernel takes, or nullptr: then the caller launches through the runtime.
+CUfunction kernel_handle(const void *kernel);
 
-// The CUfunction of `kernel` (a __global__ function's host address) in the calling thread's
-// current context, or nullptr: then the caller launches through the runtime.
-CUfunction kernel_function(const void *kernel, KernelFunctions &cache);
-
-// cuLaunchKernel, checked (the driver's message and name on failure).
-void driver_launch(CUfunction f, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void **params);
+// cuLaunchKernel, checked (the driver's message and name on failure). False, with nothing
+// launched and no error left, where the launch has no context: the caller uses the runtime,
+// which makes the device's primary context current.
+bool driver_launch(CUfunction f, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void **params);
 
 template <auto Kernel>
-KernelFunctions &kernel_functions() {
-  static KernelFunctions cache;
-  return cache;
+CUfunction kernel_handle() {
+  static const CUfunction handle = kernel_handle(reinterpret_cast<const void *>(Kernel));
+  return handle;
 }
 
 template <auto Kernel, class... Params, class... Args>
@@ -55,11 +48,9 @@ void launch_as(void (*)(Params...), dim3 grid, dim3 block, size_t shared_bytes, 
       [&](auto &...v) {
         void *params[sizeof...(Params) + 1] = {const_cast<void *>(static_cast<const void *>(&v))..., nullptr};
         const void *k = reinterpret_cast<const void *>(Kernel);
-        if (CUfunction f = kernel_function(k, kernel_functions<Kernel>())) {
-          driver_launch(f, grid, block, shared_bytes, stream, params);
-        } else {
+        const CUfunction f = kernel_handle<Kernel>();
+        if (!f || !driver_launch(f, grid, block, shared_bytes, stream, params))
           TE_CUDA_CHECK(cudaLaunchKernel(k, grid, block, params, shared_bytes, stream));
-        }
       },
       values);
 }

@@ -1,7 +1,7 @@
 // Kernel launchers of the CUDA backend: one function per Backend operation (te/core/backend.h
 // states the contract: same arguments, bit-identical results to the CPU backend for casts,
 // quantization, amax, scale formulas and scale updates). Every launcher enqueues on `stream`,
-// never synchronises, checks its launch with TE_CUDA_CHECK_LAUNCH, and handles any shape
+// never synchronises, launches through launch_kernel (which throws on a failed launch), and handles any shape
 // (1xN, Nx1, primes) without out-of-bounds access. Scratch memory comes from `be.alloc`, which is
 // stream-ordered on this backend.
 #pragma once

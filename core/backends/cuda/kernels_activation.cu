@@ -75,7 +75,6 @@ void activation_forward(Activation act, const TensorView &x, const TensorView &y
     if (n == 0) return;
     launch_kernel<unary_forward_kernel>(grid_for(n), kThreads, 0, stream, act, x.data, x.dtype, y.data, y.dtype, n);
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 void activation_backward(Activation act, const TensorView &x, const TensorView &dy, const TensorView &dx,
@@ -91,7 +90,6 @@ void activation_backward(Activation act, const TensorView &x, const TensorView &
     launch_kernel<unary_backward_kernel>(grid_for(n), kThreads, 0, stream, act, x.data, x.dtype, dy.data, dy.dtype,
         dx.data, dx.dtype, n);
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

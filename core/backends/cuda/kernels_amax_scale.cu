@@ -101,13 +101,11 @@ void amax(Backend &be, const TensorView &x, float *amax, bool accumulate, cudaSt
       default: launch_kernel<amax_vec_kernel<DType::BF16>>(grid, kAmaxThreads, 0, stream, x.data, n, amax); break;
     }
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 void scale_from_amax(const float *amax, float *scale, float *scale_inv, float fp8_max, bool power_of_2,
                      float epsilon, cudaStream_t stream) {
   launch_kernel<scale_from_amax_kernel>(1, 1, 0, stream, amax, scale, scale_inv, fp8_max, power_of_2, epsilon);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda
@@ -173,7 +171,6 @@ void amax_partials(const TensorView *xs, int n, uint32_t *partials, int *npartia
     case DType::F16: launch_kernel<amax_partials_kernel<DType::F16>>(grid, kAmaxThreads, 0, stream, p); break;
     default: launch_kernel<amax_partials_kernel<DType::BF16>>(grid, kAmaxThreads, 0, stream, p); break;
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

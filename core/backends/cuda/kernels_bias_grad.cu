@@ -156,7 +156,6 @@ template <DType T>
 void launch_column_sum_many(const ColumnSumBatch &b, int n, int64_t col_blocks, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(n));
   launch_kernel<column_sum_vec_many_kernel<T>>(grid, dim3(32, kRowLanes), 0, stream, b);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 // Tensors of one dtype gathered for column_sum_vec_many_kernel.
@@ -196,11 +195,9 @@ void bias_grad(Backend &be, const TensorView &dy, const TensorView &db, cudaStre
     launch_kernel<column_sum_vec_kernel<DType::F16>>(grid, dim3(32, kRowLanes), 0, stream, dy.data, p.rows, p.cols,
         p.rows_per_split, partial.floats(), db.data, db.dtype);
   }
-  TE_CUDA_CHECK_LAUNCH();
   if (p.splits > 1) {
     launch_kernel<sum_splits_kernel>(static_cast<unsigned>((p.cols + 255) / 256), 256, 0, stream, partial.floats(),
         static_cast<int>(p.splits), p.cols, db.data, db.dtype);
-    TE_CUDA_CHECK_LAUNCH();
   }
 }
 
@@ -222,7 +219,6 @@ void sum_bias_partials(const float *partial, int64_t parts, int64_t cols, const 
   if (cols == 0) return;
   launch_kernel<sum_splits_kernel>(static_cast<unsigned>((cols + 255) / 256), 256, 0, stream, partial,
       static_cast<int>(parts), cols, db.data, db.dtype);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

@@ -349,7 +349,6 @@ void block_quantize_many(const BlockQuantizeItem *items, int n, cudaStream_t str
     case DType::F16: launch<DType::F16>(b, cls, grid, stream); break;
     default: launch<DType::BF16>(b, cls, grid, stream); break;
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 void block_quantize(Backend &, const TensorView &x, ScalingMode mode, bool power_of_2, float epsilon, TensorView *out,

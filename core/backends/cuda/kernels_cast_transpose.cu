@@ -302,7 +302,6 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
       case DType::F16: launch_activation<DType::F16>(p, cls, grid, stream); break;
       default: launch_activation<DType::BF16>(p, cls, grid, stream); break;
     }
-    TE_CUDA_CHECK_LAUNCH();
     return;
   }
   switch (x.dtype) {
@@ -310,7 +309,6 @@ void cast_transpose_many(const CastItem *items, int n, cudaStream_t stream) {
     case DType::F16: dispatch_out<DType::F16>(p, out_fmt, out_t_fmt, grid, stream); break;
     default: dispatch_out<DType::BF16>(p, out_fmt, out_t_fmt, grid, stream); break;
   }
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 void cast_transpose(Backend &, const TensorView &x, const float *scale, float *amax_accum, TensorView *out,

@@ -39,7 +39,6 @@ void launch(RowSegmentsParams &p, int n, int64_t most_units, cudaStream_t stream
   const int64_t blocks = std::min<int64_t>((most_units + kThreads - 1) / kThreads, 1024);
   launch_kernel<copy_row_segments_kernel<U>>(dim3(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), static_cast<unsigned>(n)),
       kThreads, 0, stream, p);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -36,7 +36,6 @@ void dequantize(const TensorView &x, const TensorView &out, cudaStream_t stream)
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   launch_kernel<dequantize_kernel>(static_cast<unsigned>(blocks < 8192 ? blocks : 8192), kThreads, 0, stream,
       static_cast<const uint8_t *>(x.data), x.dtype, x.scaling, x.scale_inv, x.rows(), x.cols(), out.data, out.dtype);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

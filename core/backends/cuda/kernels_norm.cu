@@ -52,6 +52,7 @@
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernel_launch.cuh"
+#include "backends/cuda/scale_update_block.cuh"
 
 namespace te::cuda {
 
@@ -832,8 +833,21 @@ constexpr int kBwdCapVecs = 4;      // 16-byte vectors of x (and of dy) a thread
 constexpr int kBandRows = 32;       // at least this many rows per band...
 constexpr int64_t kMaxBands = 256;  // ...and at most this many bands (one wave at 2 CTAs per SM)
 
+// The blocks past the bands run a carried scale update, one state each (NormBackwardArgs::
+// then_update): its states are memory the backward never touches, and the amaxes it reads were
+// completed by earlier launches.
+__device__ __forceinline__ bool run_carried_update(const BwdParams &p, const CarriedUpdate &carried) {
+  if (blockIdx.x < p.bands) return false;
+  __shared__ uint32_t scratch[32];
+  const UpdateItem &it = carried.chunk.item[blockIdx.x - p.bands];
+  update_state(it, *it.amax, scratch);
+  return true;
+}
+
 template <DType T>
-__global__ void __launch_bounds__(kThreads, 2) norm_bwd_vec_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    norm_bwd_vec_kernel(const BwdParams p, const __grid_constant__ CarriedUpdate carried) {
+  if (run_carried_update(p, carried)) return;
   constexpr int kCap = kBwdCapVecs / Vec8<T>::kVecs;
   extern __shared__ __align__(16) float fsmem[];
   const int warp = threadIdx.x >> 5, u = threadIdx.x & 31;
@@ -1020,7 +1034,9 @@ __global__ void __launch_bounds__(kThreads, 2) norm_bwd_vec_kernel(const BwdPara
 // The generic backward: thread t is lane t and owns columns t, t + 256, ...; it accumulates their
 // dgamma/dbeta sums in the band's partial rows directly (no other thread touches them).
 template <DType T>
-__global__ void __launch_bounds__(kThreads) norm_bwd_generic_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(kThreads)
+    norm_bwd_generic_kernel(const BwdParams p, const __grid_constant__ CarriedUpdate carried) {
+  if (run_carried_update(p, carried)) return;
   __shared__ float red[kWarps + 1];
   const int t = threadIdx.x;
   const int64_t n = p.n;
@@ -1182,8 +1198,9 @@ int plan_fwd_rows(const NormForwardArgs &a, FwdParams &p) {
   return V;
 }
 
-// One CTA per SM while tiles last (a cluster of one CTA: the occupancy query is the cached cluster
-// one of device_info).
+// One CTA per SM while tiles last. The occupancy query is device_info's cached cluster one (with a
+// cluster of one CTA); the launch itself is a plain one, through the driver, since every CTA on
+// sm_90 is its own cluster of one without the attribute.
 template <DType T, int V, int K, bool kExact, int Fmt>
 void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
   auto kernel = norm_fwd_rows_kernel<T, V, K, kExact, Fmt>;
@@ -1203,8 +1220,8 @@ void launch_fwd_rows(FwdParams p, cudaStream_t stream) {
   cfg.gridDim = dim3(1, 1, 1);
   int64_t ctas = std::min<int64_t>(p.tiles, max_active_clusters(reinterpret_cast<const void *>(kernel), cfg));
   if (ctas < 1) ctas = std::min<int64_t>(p.tiles, current_device_info().sm_count);
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
-  TE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_kernel<norm_fwd_rows_kernel<T, V, K, kExact, Fmt>>(dim3(static_cast<unsigned>(ctas)), cfg.blockDim, smem, stream,
+                                                             p);
 }
 
 template <DType T, int V, int K, bool kExact>
@@ -1309,7 +1326,6 @@ void norm_forward(const NormForwardArgs &a, cudaStream_t stream) {
       default: launch_kernel<norm_fwd_generic_kernel<DType::BF16>>(grid, kThreads, 0, stream, p); break;
     }
   }
-  TE_CUDA_CHECK_LAUNCH();
   if (out_t_after != nullptr) transpose_codes(p.out, out_t_after, p.rows, p.n, stream);
 }
 
@@ -1374,55 +1390,62 @@ size_t norm_backward_scratch_bytes(const NormBackwardArgs &a) {
 
 void norm_backward(Backend &be, const NormBackwardArgs &a, cudaStream_t stream) {
   BwdParams p = bwd_params(a);
-  if (p.n == 0) return;  // nothing to write (dgamma / dbeta have no element)
+  // The carried update rides on the band kernel's launch; where none is launched (nothing to
+  // compute, or more items than a launch carries), it is launched on its own after the backward.
+  CarriedUpdate carried;
+  carried.count = 0;
+  const bool carry = a.then_update_count > 0 && a.then_update_count <= kCarriedUpdateItems;
+  bool carried_away = false;
   const bool grads = wants_param_grads(a);
-  if (p.dx == nullptr && !grads) return;
-  p.direct = writes_param_grads_directly(a, p);
-  p.dgamma = a.dgamma.data, p.dg_dtype = a.dgamma.data != nullptr ? a.dgamma.dtype : DType::F32;
-  p.dbeta = a.dbeta.data, p.db_dtype = a.dbeta.data != nullptr ? a.dbeta.dtype : DType::F32;
-  Buffer partial;
-  if (grads && !p.direct) partial = Buffer(&be, norm_backward_scratch_bytes(a));
-  p.partial = partial.floats();
-  if (p.rows > 0) {
-    const unsigned grid = static_cast<unsigned>(p.bands);
-    const DType t = a.x.dtype;
-    if (plan_bwd_vec(a, p)) {
-      const int teams = kWarps / p.G;
-      const size_t smem = ((grads ? 2 * teams * static_cast<size_t>(p.n) : 0) +
-                           (p.G > 1 ? static_cast<size_t>(teams) * 2 * kNormLanes + 2 * kWarps : 0)) *
-                          sizeof(float);
-      switch (t) {
-        case DType::F32:
-          allow_dynamic_smem(norm_bwd_vec_kernel<DType::F32>, smem);
-          launch_kernel<norm_bwd_vec_kernel<DType::F32>>(grid, kThreads, smem, stream, p);
-          break;
-        case DType::F16:
-          allow_dynamic_smem(norm_bwd_vec_kernel<DType::F16>, smem);
-          launch_kernel<norm_bwd_vec_kernel<DType::F16>>(grid, kThreads, smem, stream, p);
-          break;
-        default:
-          allow_dynamic_smem(norm_bwd_vec_kernel<DType::BF16>, smem);
-          launch_kernel<norm_bwd_vec_kernel<DType::BF16>>(grid, kThreads, smem, stream, p);
-          break;
+  if (p.n > 0 && (p.dx != nullptr || grads)) {
+    p.direct = writes_param_grads_directly(a, p);
+    p.dgamma = a.dgamma.data, p.dg_dtype = a.dgamma.data != nullptr ? a.dgamma.dtype : DType::F32;
+    p.dbeta = a.dbeta.data, p.db_dtype = a.dbeta.data != nullptr ? a.dbeta.dtype : DType::F32;
+    Buffer partial;
+    if (grads && !p.direct) partial = Buffer(&be, norm_backward_scratch_bytes(a));
+    p.partial = partial.floats();
+    if (p.rows > 0) {
+      if (carry) carried.count = fill_chunk(carried.chunk, a.then_update, a.then_update_count);
+      const unsigned grid = static_cast<unsigned>(p.bands + carried.count);
+      const DType t = a.x.dtype;
+      if (plan_bwd_vec(a, p)) {
+        const int teams = kWarps / p.G;
+        const size_t smem = ((grads ? 2 * teams * static_cast<size_t>(p.n) : 0) +
+                             (p.G > 1 ? static_cast<size_t>(teams) * 2 * kNormLanes + 2 * kWarps : 0)) *
+                            sizeof(float);
+        switch (t) {
+          case DType::F32:
+            allow_dynamic_smem(norm_bwd_vec_kernel<DType::F32>, smem);
+            launch_kernel<norm_bwd_vec_kernel<DType::F32>>(grid, kThreads, smem, stream, p, carried);
+            break;
+          case DType::F16:
+            allow_dynamic_smem(norm_bwd_vec_kernel<DType::F16>, smem);
+            launch_kernel<norm_bwd_vec_kernel<DType::F16>>(grid, kThreads, smem, stream, p, carried);
+            break;
+          default:
+            allow_dynamic_smem(norm_bwd_vec_kernel<DType::BF16>, smem);
+            launch_kernel<norm_bwd_vec_kernel<DType::BF16>>(grid, kThreads, smem, stream, p, carried);
+            break;
+        }
+      } else {
+        switch (t) {
+          case DType::F32: launch_kernel<norm_bwd_generic_kernel<DType::F32>>(grid, kThreads, 0, stream, p, carried); break;
+          case DType::F16: launch_kernel<norm_bwd_generic_kernel<DType::F16>>(grid, kThreads, 0, stream, p, carried); break;
+          default: launch_kernel<norm_bwd_generic_kernel<DType::BF16>>(grid, kThreads, 0, stream, p, carried); break;
+        }
       }
-    } else {
-      switch (t) {
-        case DType::F32: launch_kernel<norm_bwd_generic_kernel<DType::F32>>(grid, kThreads, 0, stream, p); break;
-        case DType::F16: launch_kernel<norm_bwd_generic_kernel<DType::F16>>(grid, kThreads, 0, stream, p); break;
-        default: launch_kernel<norm_bwd_generic_kernel<DType::BF16>>(grid, kThreads, 0, stream, p); break;
-      }
+      carried_away = carried.count > 0;
+    } else if (grads) {
+      // No rows: the sums are zero.
+      TE_CUDA_CHECK(cudaMemsetAsync(p.partial, 0, norm_backward_scratch_bytes(a), stream));
     }
-    TE_CUDA_CHECK_LAUNCH();
-  } else if (grads) {
-    // No rows: the sums are zero.
-    TE_CUDA_CHECK(cudaMemsetAsync(p.partial, 0, norm_backward_scratch_bytes(a), stream));
+    if (grads && !p.direct) {
+      const unsigned grid = static_cast<unsigned>(ceil_div(p.n, 32));
+      launch_kernel<norm_bwd_finalize_kernel>(grid, kThreads, 0, stream, p.partial, p.bands, p.n, a.dgamma.data,
+          a.dgamma.dtype, a.dbeta.data, a.dbeta.dtype);
+    }
   }
-  if (grads && !p.direct) {
-    const unsigned grid = static_cast<unsigned>(ceil_div(p.n, 32));
-    launch_kernel<norm_bwd_finalize_kernel>(grid, kThreads, 0, stream, p.partial, p.bands, p.n, a.dgamma.data,
-        a.dgamma.dtype, a.dbeta.data, a.dbeta.dtype);
-    TE_CUDA_CHECK_LAUNCH();
-  }
+  if (a.then_update_count > 0 && !carried_away) scale_update(a.then_update, a.then_update_count, nullptr, stream);
 }
 
 }  // namespace te::cuda

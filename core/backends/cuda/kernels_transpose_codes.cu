@@ -63,7 +63,6 @@ void transpose_codes(const uint8_t *in, uint8_t *out_t, int64_t rows, int64_t co
   const bool aligned = tile_vectors_aligned(in, nullptr, out_t, rows, cols);
   launch_kernel<transpose_codes_kernel>(static_cast<unsigned>(tiles), kTileThreads, 0, stream, in, out_t, rows, cols,
       tiles_c, aligned);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

@@ -133,7 +133,6 @@ void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table) {
     const int64_t n = p.positions * p.half;
     const int64_t tb = std::min<int64_t>((n + 255) / 256, 4096);
     launch_kernel<rope_table_kernel>(static_cast<unsigned>(tb), 256, 0, stream, p.freqs, n, table);
-    TE_CUDA_CHECK_LAUNCH();
     p.table = table;
   }
   const int64_t total = p.tokens * p.heads * (p.half + p.extra);
@@ -142,7 +141,6 @@ void rope_kernel(const RopeArgs &args, cudaStream_t stream, float *table) {
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 16);
   launch_kernel<rope_kernel_impl>(static_cast<unsigned>(blocks), threads, 0, stream, p);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace te::cuda

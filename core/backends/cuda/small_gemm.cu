@@ -118,7 +118,6 @@ void launch(const SmallGemmArgs *args, int n, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(n));
   launch_kernel<small_gemm_kernel<N>>(grid, kThreads, 0, stream, batch);
-  TE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

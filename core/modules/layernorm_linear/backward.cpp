@@ -70,9 +70,8 @@ void layernorm_linear_backward(Context &ctx, LayerNormLinearBackwardCtx &bwd, co
 
   gemm.commit();
   gemm.run();
-  if (through_norm) be.norm_backward(nb);
   if (registering) gemm.register_state(s.ticket.pass);
-  if (ends_pass) ctx.autocast().finish_backward_pass(s.ticket.pass);
+  norm_backward_and_end_pass(be, ctx.autocast(), nb, through_norm, ends_pass, s.ticket.pass);
   if (once) {
     layernorm_linear_pools(ctx).saved.release(bwd.saved);
     bwd.saved = nullptr;

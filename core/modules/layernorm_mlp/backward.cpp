@@ -103,12 +103,11 @@ void layernorm_mlp_backward(Context &ctx, LayerNormMlpBackwardCtx &bwd, const Te
     if (!act_in_cast) be.activation_backward(o.activation, fc1_out, d_act_view, d_fc1_view);
     fc1.run();
   }
-  if (through_norm) be.norm_backward(nb);
   if (registering) {
     fc2.register_state(s.ticket.pass);
     if (through_fc1) fc1.register_state(s.ticket.pass);
   }
-  if (ends_pass) ctx.autocast().finish_backward_pass(s.ticket.pass);
+  norm_backward_and_end_pass(be, ctx.autocast(), nb, through_norm, ends_pass, s.ticket.pass);
   if (once) {
     layernorm_mlp_pools(ctx).saved.release(bwd.saved);
     bwd.saved = nullptr;

@@ -100,4 +100,11 @@ NormBackwardArgs norm_backward_args(const NormOptions &o, const NormSaved &s, co
   return a;
 }
 
+void norm_backward_and_end_pass(Backend &be, Autocast &ac, NormBackwardArgs nb, bool through_norm, bool ends_pass,
+                                uint64_t pass) {
+  const bool carried = through_norm && ends_pass && ac.carry_backward_update(pass, &nb);
+  if (through_norm) be.norm_backward(nb);
+  if (ends_pass) ac.finish_backward_pass(pass, carried);
+}
+
 }  // namespace te

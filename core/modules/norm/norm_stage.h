@@ -5,6 +5,7 @@
 // or uses as they are.
 #pragma once
 
+#include "autocast/autocast.h"
 #include "backends/backend.h"
 #include "base/check.h"
 #include "modules/projection/projection.h"
@@ -68,5 +69,12 @@ TensorView stats_view(const Buffer &b, const Device &device, int64_t tokens);
 // The norm's backward: dln [tokens, hidden] -> dx, dgamma, dbeta (each optional).
 NormBackwardArgs norm_backward_args(const NormOptions &o, const NormSaved &s, const TensorView &dln,
                                     const TensorView &dx, const TensorView &dgamma, const TensorView &dbeta);
+
+// The end of a module's backward: the norm's backward (when `through_norm`), then the end of the
+// module's autocast pass (when `ends_pass`). The norm backward is the backward's last launch and
+// reads no scaling state, so it carries the pass's scale update where Autocast can hand it over
+// (one launch fewer per training step); otherwise the update is launched after it.
+void norm_backward_and_end_pass(Backend &be, Autocast &ac, NormBackwardArgs nb, bool through_norm, bool ends_pass,
+                                uint64_t pass);
 
 }  // namespace te
