@@ -88,6 +88,7 @@ TEST(CudaKernelLaunch, ABadConfigurationIsAnErrorThatNamesTheLaunch) {
   }
   EXPECT_EQ(status, te::Status::Cuda);
   EXPECT_NE(message.find("cuLaunchKernel failed"), std::string::npos) << message;
+  EXPECT_NE(message.find("block (4096, 1, 1)"), std::string::npos) << message;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "nothing left for the next runtime call to report";
   check_fill(nullptr);  // and the next launch works
   cudaFree(out);

@@ -83,7 +83,7 @@ int max_active_clusters(const void *kernel, const cudaLaunchConfig_t &cfg) {
 }
 
 void allow_dynamic_smem(const void *kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;  // every kernel may take this much
+  if (bytes == 0) return;
   const int device = current_device();
   SmemEntry *slot = nullptr;
   for (SmemEntry &e : t_smem)
@@ -91,7 +91,12 @@ void allow_dynamic_smem(const void *kernel, size_t bytes) {
       if (e.bytes >= bytes) return;
       slot = &e;
     }
-  TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  // Without opting in, a kernel takes 48 KiB less its static shared memory: one with static
+  // arrays cannot take 48 KiB (the launch fails with an invalid argument).
+  cudaFuncAttributes fa{};
+  TE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (bytes + fa.sharedSizeBytes > 48 * 1024)
+    TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   if (!slot) {
     slot = &t_smem[t_next_smem];
     t_next_smem = (t_next_smem + 1) % kSmemEntries;

@@ -24,8 +24,9 @@ inline const DeviceInfo &current_device_info() { return device_info(current_devi
 int max_active_clusters(const void *kernel, const cudaLaunchConfig_t &cfg);
 
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device: above the default
-// 48 KiB a kernel must opt in (cudaFuncSetAttribute), a host call that cost one per launch when
-// made every time. Remembered per thread by (kernel, device), so it is asked again only for more.
+// (48 KiB less the kernel's static shared memory) a kernel must opt in (cudaFuncSetAttribute), a
+// host call that cost one per launch when made every time. Remembered per thread by (kernel,
+// device), so it is asked again only for more.
 // (cudaDeviceReset forgets the setting; libte's contexts do not survive one anyway.)
 void allow_dynamic_smem(const void *kernel, size_t bytes);
 template <class Kernel>

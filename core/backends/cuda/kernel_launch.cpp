@@ -60,7 +60,9 @@ bool driver_launch(CUfunction f, dim3 grid, dim3 block, size_t shared_bytes, cud
   const char *name = "?", *what = "unknown error";
   if (e.error_name) e.error_name(r, &name);
   if (e.error_string) e.error_string(r, &what);
-  fail(r == CUDA_ERROR_OUT_OF_MEMORY ? Status::OutOfMemory : Status::Cuda, "cuLaunchKernel failed: %s (%s)", what, name);
+  fail(r == CUDA_ERROR_OUT_OF_MEMORY ? Status::OutOfMemory : Status::Cuda,
+       "cuLaunchKernel failed: %s (%s); grid (%u, %u, %u), block (%u, %u, %u), %zu bytes of dynamic shared memory",
+       what, name, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes);
 }
 
 }  // namespace te::cuda
