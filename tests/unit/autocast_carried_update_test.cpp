@@ -11,6 +11,7 @@
 #include "context/context.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
+#include "support/host_views.h"
 #include "support/state_snapshot.h"
 
 namespace te {
@@ -19,13 +20,8 @@ namespace {
 const Device kCpu{};
 constexpr int kSteps = 4;
 
-TensorView vec(std::vector<float> &v) {
-  TensorView t = make_view(v.data(), DType::F32, kCpu, 1, static_cast<int64_t>(v.size()));
-  t.ndim = 1;
-  t.shape[0] = static_cast<int64_t>(v.size());
-  return t;
-}
-TensorView mat(std::vector<float> &v, int64_t rows, int64_t cols) { return make_view(v.data(), DType::F32, kCpu, rows, cols); }
+using test_support::host_mat;
+using test_support::host_vec;
 
 // Step k's data: amaxes that change every step, so that every update matters.
 void load(std::vector<float> &x, std::vector<float> &dy, int k) {
@@ -58,23 +54,23 @@ Run layernorm_linear_steps(RecipeKind kind, bool through_norm) {
     Autocast &ac = ctx.autocast();
     const uint64_t t = ac.begin(true, false, recipe.get(), nullptr);
     LayerNormLinearForwardArgs a;
-    a.input = mat(x, T, in);
-    a.ln_weight = vec(gamma);
-    a.ln_bias = vec(beta);
-    a.weight = mat(w, out, in);
-    a.bias = vec(b);
+    a.input = host_mat(x, T, in);
+    a.ln_weight = host_vec(gamma);
+    a.ln_bias = host_vec(beta);
+    a.weight = host_mat(w, out, in);
+    a.bias = host_vec(b);
     LayerNormLinearBackwardCtx *bwd = layernorm_linear_pools(ctx).backward.acquire(ctx);
-    bwd->saved = layernorm_linear_forward_compute(ctx, m, a, mat(y, T, out));
+    bwd->saved = layernorm_linear_forward_compute(ctx, m, a, host_mat(y, T, out));
     ac.end(t);
     LayerNormLinearGrads g;
     if (through_norm) {
-      g.dx = mat(dx, T, in);
-      g.dgamma = vec(dgamma);
-      g.dbeta = vec(dbeta);
+      g.dx = host_mat(dx, T, in);
+      g.dgamma = host_vec(dgamma);
+      g.dbeta = host_vec(dbeta);
     }
-    g.dw = mat(dw, out, in);
-    g.db = vec(db);
-    layernorm_linear_backward(ctx, *bwd, mat(dy, T, out), g, true);
+    g.dw = host_mat(dw, out, in);
+    g.db = host_vec(db);
+    layernorm_linear_backward(ctx, *bwd, host_mat(dy, T, out), g, true);
     layernorm_linear_pools(ctx).backward.release(bwd);
     for (size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * dw[i];
   }
@@ -108,27 +104,27 @@ Run layernorm_mlp_steps(RecipeKind kind, bool through_norm) {
     Autocast &ac = ctx.autocast();
     const uint64_t t = ac.begin(true, false, recipe.get(), nullptr);
     LayerNormMlpForwardArgs a;
-    a.input = mat(x, T, hidden);
-    a.ln_weight = vec(gamma);
-    a.ln_bias = vec(beta);
-    a.fc1_weight = mat(w1, f1, hidden);
-    a.fc1_bias = vec(b1);
-    a.fc2_weight = mat(w2, hidden, ffn);
-    a.fc2_bias = vec(b2);
+    a.input = host_mat(x, T, hidden);
+    a.ln_weight = host_vec(gamma);
+    a.ln_bias = host_vec(beta);
+    a.fc1_weight = host_mat(w1, f1, hidden);
+    a.fc1_bias = host_vec(b1);
+    a.fc2_weight = host_mat(w2, hidden, ffn);
+    a.fc2_bias = host_vec(b2);
     LayerNormMlpBackwardCtx *bwd = layernorm_mlp_pools(ctx).backward.acquire(ctx);
-    bwd->saved = layernorm_mlp_forward_compute(ctx, m, a, mat(y, T, hidden));
+    bwd->saved = layernorm_mlp_forward_compute(ctx, m, a, host_mat(y, T, hidden));
     ac.end(t);
     LayerNormMlpGrads g;
     if (through_norm) {
-      g.dx = mat(dx, T, hidden);
-      g.dgamma = vec(dgamma);
-      g.dbeta = vec(dbeta);
+      g.dx = host_mat(dx, T, hidden);
+      g.dgamma = host_vec(dgamma);
+      g.dbeta = host_vec(dbeta);
     }
-    g.dfc1_w = mat(dw1, f1, hidden);
-    g.dfc1_b = vec(db1);
-    g.dfc2_w = mat(dw2, hidden, ffn);
-    g.dfc2_b = vec(db2);
-    layernorm_mlp_backward(ctx, *bwd, mat(dy, T, hidden), g, true);
+    g.dfc1_w = host_mat(dw1, f1, hidden);
+    g.dfc1_b = host_vec(db1);
+    g.dfc2_w = host_mat(dw2, hidden, ffn);
+    g.dfc2_b = host_vec(db2);
+    layernorm_mlp_backward(ctx, *bwd, host_mat(dy, T, hidden), g, true);
     layernorm_mlp_pools(ctx).backward.release(bwd);
     for (size_t i = 0; i < w1.size(); ++i) w1[i] -= 0.5f * dw1[i];
     for (size_t i = 0; i < w2.size(); ++i) w2[i] -= 0.5f * dw2[i];

@@ -17,6 +17,7 @@
 #include "context/context.h"
 #include "modules/layernorm_linear/layernorm_linear.h"
 #include "modules/layernorm_mlp/layernorm_mlp.h"
+#include "support/host_views.h"
 
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
                                                          void (*free_hook)(const volatile void *))
@@ -39,13 +40,8 @@ bool hooks_installed() {
 
 const Device kCpu{};
 
-TensorView vec(std::vector<float> &v) {
-  TensorView t = make_view(v.data(), DType::F32, kCpu, 1, static_cast<int64_t>(v.size()));
-  t.ndim = 1;
-  t.shape[0] = static_cast<int64_t>(v.size());
-  return t;
-}
-TensorView mat(std::vector<float> &v, int64_t rows, int64_t cols) { return make_view(v.data(), DType::F32, kCpu, rows, cols); }
+using test_support::host_mat;
+using test_support::host_vec;
 
 // Runs `step` twice to warm up, then `steps` more, and returns the mallocs of those.
 // `cold`: the first step is the context's first (it must allocate, or the hooks count nothing).
@@ -83,18 +79,18 @@ TEST_P(LayerNormModulesAllocation, LayerNormLinearTrainingStep) {
       ln(T * in), dy(T * out, 0.01f), dx(T * in), dgamma(in), dbeta(in), main_grad(out * in), db(out);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
   LayerNormLinearForwardArgs args;
-  args.input = mat(x, T, in);
-  args.ln_weight = vec(gamma);
-  args.ln_bias = vec(beta);
-  args.weight = mat(w, out, in);
-  args.bias = vec(b);
-  args.ln_out = mat(ln, T, in);
+  args.input = host_mat(x, T, in);
+  args.ln_weight = host_vec(gamma);
+  args.ln_bias = host_vec(beta);
+  args.weight = host_mat(w, out, in);
+  args.bias = host_vec(b);
+  args.ln_out = host_mat(ln, T, in);
   LayerNormLinearGrads g;
-  g.dx = mat(dx, T, in);
-  g.dgamma = vec(dgamma);
-  g.dbeta = vec(dbeta);
-  g.dw = mat(main_grad, out, in);
-  g.db = vec(db);
+  g.dx = host_mat(dx, T, in);
+  g.dgamma = host_vec(dgamma);
+  g.dbeta = host_vec(dbeta);
+  g.dw = host_mat(main_grad, out, in);
+  g.db = host_vec(db);
   for (bool once : {false, true}) {
     SCOPED_TRACE(once ? "TE_BACKWARD_ONCE" : "retain");
     auto step = [&] {
@@ -102,10 +98,10 @@ TEST_P(LayerNormModulesAllocation, LayerNormLinearTrainingStep) {
       const uint64_t t = ac.begin(true, false, recipe, nullptr);
       LayerNormLinearPools &pools = layernorm_linear_pools(ctx);
       LayerNormLinearBackwardCtx *bwd = pools.backward.acquire(ctx);
-      bwd->saved = layernorm_linear_forward_compute(ctx, m, args, mat(y, T, out));
+      bwd->saved = layernorm_linear_forward_compute(ctx, m, args, host_mat(y, T, out));
       bwd->saved->retire();
       ac.end(t);
-      layernorm_linear_backward(ctx, *bwd, mat(dy, T, out), g, once);
+      layernorm_linear_backward(ctx, *bwd, host_mat(dy, T, out), g, once);
       ac.flush_backward();
       pools.backward.release(bwd);
     };
@@ -133,28 +129,28 @@ TEST_P(LayerNormModulesAllocation, LayerNormMlpTrainingStep) {
         db1(f1), dw2(hidden * ffn), db2(hidden);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) - 2.0f;
     LayerNormMlpForwardArgs args;
-    args.input = mat(x, T, hidden);
-    args.ln_weight = vec(gamma);
-    args.fc1_weight = mat(w1, f1, hidden);
-    args.fc1_bias = vec(b1);
-    args.fc2_weight = mat(w2, hidden, ffn);
-    args.fc2_bias = vec(b2);
+    args.input = host_mat(x, T, hidden);
+    args.ln_weight = host_vec(gamma);
+    args.fc1_weight = host_mat(w1, f1, hidden);
+    args.fc1_bias = host_vec(b1);
+    args.fc2_weight = host_mat(w2, hidden, ffn);
+    args.fc2_bias = host_vec(b2);
     LayerNormMlpGrads g;
-    g.dx = mat(dx, T, hidden);
-    g.dgamma = vec(dgamma);
-    g.dfc1_w = mat(dw1, f1, hidden);
-    g.dfc1_b = vec(db1);
-    g.dfc2_w = mat(dw2, hidden, ffn);
-    g.dfc2_b = vec(db2);
+    g.dx = host_mat(dx, T, hidden);
+    g.dgamma = host_vec(dgamma);
+    g.dfc1_w = host_mat(dw1, f1, hidden);
+    g.dfc1_b = host_vec(db1);
+    g.dfc2_w = host_mat(dw2, hidden, ffn);
+    g.dfc2_b = host_vec(db2);
     auto step = [&] {
       Autocast &ac = ctx.autocast();
       const uint64_t t = ac.begin(true, false, recipe, nullptr);
       LayerNormMlpPools &pools = layernorm_mlp_pools(ctx);
       LayerNormMlpBackwardCtx *bwd = pools.backward.acquire(ctx);
-      bwd->saved = layernorm_mlp_forward_compute(ctx, m, args, mat(y, T, hidden));
+      bwd->saved = layernorm_mlp_forward_compute(ctx, m, args, host_mat(y, T, hidden));
       bwd->saved->retire();
       ac.end(t);
-      layernorm_mlp_backward(ctx, *bwd, mat(dy, T, hidden), g, false);
+      layernorm_mlp_backward(ctx, *bwd, host_mat(dy, T, hidden), g, false);
       ac.flush_backward();
       pools.backward.release(bwd);
     };
